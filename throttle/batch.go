@@ -1,0 +1,173 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+)
+
+// target is one quota: its rule and the state this process keeps for it.
+type target struct {
+	name string
+	rule Rule
+	lim  Limit
+
+	mu    sync.Mutex // guards everything below
+	busy  bool       // a store call for this target is in flight
+	queue []*waiter  // waiters for the next call
+
+	live     int       // the largest live-process count seen lately
+	liveAt   time.Time // when live was last confirmed
+	tail     time.Time // local time of the latest slot the fleet is known to have booked
+	degraded bool      // the failure policy decides, not the store
+	probed   time.Time // last recovery attempt
+}
+
+func newTarget(name string, r Rule, margin time.Duration) *target {
+	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap}, live: 1}
+}
+
+// waiter is one request in a batch.
+type waiter struct {
+	req   Request
+	ready chan struct{} // closed once: the result is in, or lead is set
+
+	lead  []*waiter // set when this waiter must run the next batch
+	grant Grant
+	at    time.Time // the slot on the local clock
+	via   via
+	err   error
+}
+
+// errStoreDown tells a waiter under FailClosed to try again later.
+var errStoreDown = errors.New("store down")
+
+// submit gets w decided. Concurrent waiters of one target share store calls:
+// while a call is in flight, newcomers queue, and when it returns the whole
+// queue goes in the next call, run by the first of them. It returns an error
+// only when ctx ends while w is still queued, in which case nothing was
+// reserved for w.
+func (t *Throttler) submit(ctx context.Context, tg *target, w *waiter) error {
+	tg.mu.Lock()
+	if !tg.busy {
+		tg.busy = true
+		tg.mu.Unlock()
+		t.runBatches(tg, []*waiter{w})
+		return nil
+	}
+	tg.queue = append(tg.queue, w)
+	tg.mu.Unlock()
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		tg.mu.Lock()
+		if i := slices.Index(tg.queue, w); i >= 0 {
+			tg.queue = slices.Delete(tg.queue, i, i+1)
+			tg.mu.Unlock()
+			return waitError(ctx, tg.name)
+		}
+		tg.mu.Unlock()
+		<-w.ready // already part of a call: its result comes soon
+	}
+	if w.lead != nil {
+		t.runBatches(tg, w.lead)
+	}
+	return nil
+}
+
+// runBatches decides batch, then hands the queue that built up meanwhile to
+// its first waiter, who runs it as the next batch.
+func (t *Throttler) runBatches(tg *target, batch []*waiter) {
+	self := batch[0]
+	rest := batch
+	if len(batch) > t.cfg.maxBatch {
+		batch, rest = batch[:t.cfg.maxBatch], batch[t.cfg.maxBatch:]
+	} else {
+		rest = nil
+	}
+	t.decide(tg, batch)
+	for _, w := range batch {
+		if w != self {
+			close(w.ready)
+		}
+	}
+	tg.mu.Lock()
+	next := append(rest, tg.queue...)
+	tg.queue = nil
+	if len(next) == 0 {
+		tg.busy = false
+		tg.mu.Unlock()
+		return
+	}
+	tg.mu.Unlock()
+	next[0].lead = next
+	close(next[0].ready)
+}
+
+// decide fills in every waiter's result: from the store, or from the failure
+// policy when the store fails.
+func (t *Throttler) decide(tg *target, batch []*waiter) {
+	reqs := make([]Request, len(batch))
+	grants := make([]Grant, len(batch))
+	for i, w := range batch {
+		reqs[i] = w.req
+	}
+	via := viaStore
+	if tg.degradedNow(t) == nil {
+		_, err := t.storeReserve(tg, reqs, grants)
+		if err != nil {
+			t.enterFallback(tg, err)
+		}
+	}
+	if tg.isDegraded() {
+		switch t.cfg.policy {
+		case FailOpen:
+			via = viaOpen
+			for i := range grants {
+				grants[i] = Grant{OK: true}
+			}
+		case FailClosed:
+			for _, w := range batch {
+				w.err = errStoreDown
+			}
+			return
+		default:
+			via = viaLocal
+			_, _ = t.local.Reserve(context.Background(), tg.name, t.share(tg), reqs, grants)
+		}
+	}
+	now := t.cfg.now()
+	for i, w := range batch {
+		w.grant, w.via = grants[i], via
+		// The reply came after the store's "now": counting the delay from
+		// here can only make the slot later, never earlier.
+		w.at = now.Add(grants[i].Delay)
+	}
+}
+
+// storeReserve makes one bounded store call and learns from its reply.
+func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
+	defer cancel()
+	st, err := t.store.Reserve(ctx, tg.name, tg.lim, reqs, grants)
+	if err != nil {
+		return st, err
+	}
+	now := t.cfg.now()
+	tg.mu.Lock()
+	defer tg.mu.Unlock()
+	// A fresh low count (say, right after Redis restarted empty) must not
+	// raise this process's fallback share: the largest count wins until it
+	// has gone unconfirmed for a whole liveness period.
+	liveness := max(10*time.Second, 2*tg.lim.Window)
+	if st.Live >= tg.live || now.Sub(tg.liveAt) > liveness {
+		tg.live = max(st.Live, 1)
+		tg.liveAt = now
+	}
+	if end := now.Add(st.Tail); end.After(tg.tail) {
+		tg.tail = end
+	}
+	return st, nil
+}

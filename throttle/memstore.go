@@ -1,0 +1,280 @@
+package throttle
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+)
+
+// MemoryStore is the embedded Store: one process's logs in memory, with the
+// same semantics as RedisStore. It is the default store of New, right for a
+// single process and for trying fleetgate out.
+//
+// A sweeper goroutine forgets targets that have been idle for a window; it
+// runs until Close. MemoryStore is safe for concurrent use.
+type MemoryStore struct {
+	now     func() time.Time
+	targets sync.Map // string -> *memTarget
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+type memTarget struct {
+	mu     sync.Mutex
+	log    []memEntry // sorted by at; log[head:] is live
+	head   int
+	pause  int64 // unix µs; 0 when none
+	window int64 // the last window used, for the sweeper
+}
+
+type memEntry struct {
+	at int64 // unix µs
+	id uint64
+}
+
+// MemoryOption configures a MemoryStore.
+type MemoryOption func(*MemoryStore, *time.Duration)
+
+// WithMemoryClock makes the store read time from now instead of time.Now.
+// Tests use it to control time.
+func WithMemoryClock(now func() time.Time) MemoryOption {
+	return func(s *MemoryStore, _ *time.Duration) { s.now = now }
+}
+
+// WithSweepInterval sets how often idle targets are forgotten; the default is
+// one minute. A value <= 0 disables the sweeper.
+func WithSweepInterval(d time.Duration) MemoryOption {
+	return func(_ *MemoryStore, sweep *time.Duration) { *sweep = d }
+}
+
+// NewMemoryStore returns an empty MemoryStore. Close stops its sweeper.
+func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
+	s := &MemoryStore{now: time.Now, stop: make(chan struct{}), done: make(chan struct{})}
+	sweep := time.Minute
+	for _, o := range opts {
+		o(s, &sweep)
+	}
+	if sweep > 0 {
+		go s.sweeper(sweep)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the sweeper and waits for it. The store stays usable.
+func (s *MemoryStore) Close() error {
+	s.stopOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+func (s *MemoryStore) sweeper(every time.Duration) {
+	defer close(s.done)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+			s.sweep()
+		}
+	}
+}
+
+// sweep forgets every target whose log and pause have run out.
+func (s *MemoryStore) sweep() {
+	now := s.now().UnixMicro()
+	s.targets.Range(func(k, v any) bool {
+		t := v.(*memTarget)
+		t.mu.Lock()
+		t.trim(now, t.window)
+		if len(t.log)-t.head == 0 && t.pause <= now {
+			s.targets.Delete(k)
+		}
+		t.mu.Unlock()
+		return true
+	})
+}
+
+func (s *MemoryStore) target(name string) *memTarget {
+	if v, ok := s.targets.Load(name); ok {
+		return v.(*memTarget)
+	}
+	v, _ := s.targets.LoadOrStore(name, &memTarget{})
+	return v.(*memTarget)
+}
+
+// trim drops entries at or before now-window, which no future slot depends on.
+func (t *memTarget) trim(now, window int64) {
+	for t.head < len(t.log) && t.log[t.head].at <= now-window {
+		t.head++
+	}
+	if t.head == len(t.log) {
+		t.log, t.head = t.log[:0], 0
+	} else if t.head > 64 && t.head > len(t.log)/2 {
+		n := copy(t.log, t.log[t.head:])
+		t.log, t.head = t.log[:n], 0
+	}
+}
+
+func (t *memTarget) last() (int64, bool) {
+	if len(t.log) == t.head {
+		return 0, false
+	}
+	return t.log[len(t.log)-1].at, true
+}
+
+// Reserve implements Store.
+func (s *MemoryStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	now := s.now().UnixMicro()
+	window, gap := lim.Window.Microseconds(), lim.Gap.Microseconds()
+	t := s.target(target)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.window = window
+	t.trim(now, window)
+	pause := t.pause
+	if pause <= now {
+		pause = 0
+	}
+	for i, r := range reqs {
+		slot := now
+		if pause > slot {
+			slot = pause
+		}
+		if last, ok := t.last(); ok {
+			slot = max(slot, last)
+			if gap > 0 {
+				slot = max(slot, last+gap)
+			}
+		}
+		g := Grant{}
+		if r.N >= 1 && r.N <= lim.Limit {
+			card := len(t.log) - t.head
+			if idx := card - (lim.Limit - r.N); idx >= 1 {
+				slot = max(slot, t.log[t.head+idx-1].at+window)
+			}
+			if r.MaxWait < 0 || slot-now <= r.MaxWait.Microseconds() {
+				g.OK = true
+				for range r.N {
+					t.log = append(t.log, memEntry{at: slot, id: r.ID})
+				}
+			}
+		} else {
+			slot = now + window
+		}
+		g.Delay = time.Duration(slot-now) * time.Microsecond
+		grants[i] = g
+	}
+	st := State{Live: 1, Remaining: max(0, lim.Limit-(len(t.log)-t.head))}
+	if pause > 0 {
+		st.Remaining = 0
+		st.Paused = time.Duration(pause-now) * time.Microsecond
+	}
+	if last, ok := t.last(); ok {
+		st.ResetAfter = time.Duration(last+window-now) * time.Microsecond
+		if last > now {
+			st.Tail = time.Duration(last-now) * time.Microsecond
+		}
+	}
+	return st, nil
+}
+
+// Cancel implements Store.
+func (s *MemoryStore) Cancel(ctx context.Context, target string, id uint64, n int) error {
+	v, ok := s.targets.Load(target)
+	if !ok {
+		return nil
+	}
+	t := v.(*memTarget)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	live := t.log[t.head:]
+	// A request's units are adjacent and usually near the end.
+	for i := len(live) - 1; i >= 0 && n > 0; i-- {
+		if live[i].id == id {
+			j := i
+			for j > 0 && live[j-1].id == id && i-j+1 < n {
+				j--
+			}
+			removed := i - j + 1
+			live = slices.Delete(live, j, i+1)
+			n -= removed
+			i = j
+		}
+	}
+	t.log = t.log[:t.head+len(live)]
+	return nil
+}
+
+// Pause implements Store.
+func (s *MemoryStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
+	now := s.now().UnixMicro()
+	t := s.target(target)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if d > 0 && now+d.Microseconds() > t.pause {
+		t.pause = now + d.Microseconds()
+		if t.window == 0 {
+			t.window = d.Microseconds()
+		}
+	}
+	if t.pause <= now {
+		return 0, nil
+	}
+	return time.Duration(t.pause-now) * time.Microsecond, nil
+}
+
+// Restore implements Store.
+func (s *MemoryStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
+	now := s.now().UnixMicro()
+	w := window.Microseconds()
+	t := s.target(target)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.window = max(t.window, w)
+	for _, e := range entries {
+		at := now - e.Age.Microseconds()
+		if at <= now-w {
+			continue
+		}
+		pos, _ := slices.BinarySearchFunc(t.log[t.head:], at, func(m memEntry, at int64) int {
+			if m.at <= at {
+				return -1
+			}
+			return 1
+		})
+		for range max(e.N, 1) {
+			t.log = slices.Insert(t.log, t.head+pos, memEntry{at: at, id: e.ID})
+		}
+	}
+	return nil
+}
+
+// entries returns a copy of target's live log as ages relative to now, for
+// replaying it into another store. Entries of one request are merged.
+func (s *MemoryStore) entries(target string, window time.Duration) []Entry {
+	v, ok := s.targets.Load(target)
+	if !ok {
+		return nil
+	}
+	t := v.(*memTarget)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := s.now().UnixMicro()
+	t.trim(now, window.Microseconds())
+	var out []Entry
+	for _, e := range t.log[t.head:] {
+		if n := len(out); n > 0 && out[n-1].ID == e.id && out[n-1].Age == time.Duration(now-e.at)*time.Microsecond {
+			out[n-1].N++
+			continue
+		}
+		out = append(out, Entry{ID: e.id, N: 1, Age: time.Duration(now-e.at) * time.Microsecond})
+	}
+	return out
+}

@@ -1,0 +1,137 @@
+package throttle
+
+import (
+	"log/slog"
+	"net"
+	"time"
+)
+
+// Defaults of New.
+const (
+	// DefaultMargin is added to every rule's window. It absorbs the spread
+	// between the moment the fleet admits a request and the moment it
+	// reaches the target (scheduling, a new connection's handshake, queueing
+	// on the wire), so the target's own window never sees more than N. See
+	// BENCHMARKS.md for the measured spread behind it.
+	DefaultMargin = 50 * time.Millisecond
+
+	// DefaultStoreTimeout bounds each store call; past it the call counts as
+	// a store failure and the failure policy applies.
+	DefaultStoreTimeout = 50 * time.Millisecond
+
+	// DefaultMaxPause caps every fleet-wide pause, however long the target
+	// (or a broken header) asks for.
+	DefaultMaxPause = 5 * time.Minute
+
+	// DefaultProbeInterval is how often a process in its fallback checks
+	// whether the store is back.
+	DefaultProbeInterval = 200 * time.Millisecond
+
+	// DefaultRecoveryGrace is how long other processes may lag behind this
+	// one in noticing that the store is back; see FailLocal.
+	DefaultRecoveryGrace = time.Second
+)
+
+// FailurePolicy says what Wait does when the store errs or times out.
+type FailurePolicy int
+
+const (
+	// FailLocal, the default: each process falls back to its fleet share of
+	// the limit, N divided by the number of live processes it last saw for
+	// the target, kept in a local log. Entering the fallback it first lets a
+	// full window pass after the latest slot it knows the fleet booked, so
+	// reservations made before the failure cannot stack up with local
+	// admissions. Leaving it, it replays its local admissions into the store
+	// and adds placeholders for the other processes' shares, dated
+	// RecoveryGrace ahead, so their last local admissions are counted too.
+	FailLocal FailurePolicy = iota
+	// FailOpen admits every request while the store fails. The target's
+	// limit is no longer kept; use it only where availability matters more.
+	FailOpen
+	// FailClosed waits and retries the store until the context ends.
+	FailClosed
+)
+
+// ParseFailurePolicy reads "local", "open" or "closed".
+func ParseFailurePolicy(s string) (FailurePolicy, error) {
+	switch s {
+	case "local":
+		return FailLocal, nil
+	case "open":
+		return FailOpen, nil
+	case "closed":
+		return FailClosed, nil
+	}
+	return 0, errorf("failure policy %q: want local, open or closed", s)
+}
+
+// String returns the name ParseFailurePolicy reads.
+func (p FailurePolicy) String() string {
+	switch p {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	}
+	return "local"
+}
+
+// An Option configures New.
+type Option func(*config)
+
+type config struct {
+	store         Store
+	margin        time.Duration
+	keyMode       KeyMode
+	policy        FailurePolicy
+	storeTimeout  time.Duration
+	maxPause      time.Duration
+	probeInterval time.Duration
+	grace         time.Duration
+	maxBatch      int
+	logger        *slog.Logger
+	resolver      *net.Resolver
+	now           func() time.Time // the local clock; tests replace it
+}
+
+// WithStore makes the Throttler use s (a RedisStore for a fleet). Without it,
+// New creates a MemoryStore, which the Throttler closes on Close; a store
+// passed here is closed by the caller.
+func WithStore(s Store) Option { return func(c *config) { c.store = s } }
+
+// WithMargin sets the guard interval added to every window (default
+// DefaultMargin). Zero is allowed; negative is an error.
+func WithMargin(d time.Duration) Option { return func(c *config) { c.margin = d } }
+
+// WithKeyMode sets how requests are grouped into quotas (default ByHost).
+func WithKeyMode(m KeyMode) Option { return func(c *config) { c.keyMode = m } }
+
+// WithFailurePolicy sets what happens when the store fails (default FailLocal).
+func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.policy = p } }
+
+// WithStoreTimeout bounds each store call (default DefaultStoreTimeout).
+func WithStoreTimeout(d time.Duration) Option { return func(c *config) { c.storeTimeout = d } }
+
+// WithMaxPause caps fleet-wide pauses (default DefaultMaxPause).
+func WithMaxPause(d time.Duration) Option { return func(c *config) { c.maxPause = d } }
+
+// WithProbeInterval sets how often a process in its fallback checks whether
+// the store is back (default DefaultProbeInterval).
+func WithProbeInterval(d time.Duration) Option { return func(c *config) { c.probeInterval = d } }
+
+// WithRecoveryGrace sets how far ahead the placeholders for other processes'
+// fallback shares are dated when this process leaves its fallback (default
+// DefaultRecoveryGrace). It should cover how long the slowest process takes
+// to notice that the store is back.
+func WithRecoveryGrace(d time.Duration) Option { return func(c *config) { c.grace = d } }
+
+// WithMaxBatch bounds how many waiters of one process on one target share a
+// store call (default 64; 1 turns batching off).
+func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
+
+// WithLogger sets where transitions between the store and the fallback are
+// logged (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithResolver sets the resolver used by ByIP (default net.DefaultResolver).
+func WithResolver(r *net.Resolver) Option { return func(c *config) { c.resolver = r } }

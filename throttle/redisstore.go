@@ -1,0 +1,233 @@
+package throttle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetgate/fleetgate/lua"
+)
+
+// slidingLog runs lua/sliding_log.lua: EVALSHA, and EVAL when the server
+// answers NOSCRIPT (after SCRIPT FLUSH or a restart).
+var slidingLog = redis.NewScript(lua.SlidingLog)
+
+// ErrBadReply is wrapped when Redis answers the script with a reply of the
+// wrong shape (a Redis-compatible server that behaves differently).
+var ErrBadReply = errors.New("unexpected reply from the store")
+
+// DefaultKeyPrefix is the prefix of every key a RedisStore writes.
+const DefaultKeyPrefix = "fleetgate:"
+
+// RedisStore is the fleet's Store: the logs live in Redis and every decision
+// is one atomic run of lua/sliding_log.lua, timed by the Redis server's
+// clock. It works with a single node, Sentinel and Cluster alike through
+// redis.UniversalClient; each target's keys share one hash tag, so they sit
+// in one Cluster slot.
+//
+// Every key gets a TTL just long enough for its window and reservations, so
+// idle targets leave nothing behind. RedisStore is safe for concurrent use.
+type RedisStore struct {
+	client   redis.UniversalClient
+	prefix   string
+	proc     string // this process's id: entry names and heartbeat
+	liveness time.Duration
+	now      func() int64 // tests only: a fixed server time in µs
+}
+
+// RedisOption configures a RedisStore.
+type RedisOption func(*RedisStore)
+
+// WithKeyPrefix sets the prefix of every key (default DefaultKeyPrefix). The
+// prefix must not contain '{' or '}', which would break the hash tag.
+func WithKeyPrefix(p string) RedisOption {
+	return func(s *RedisStore) { s.prefix = p }
+}
+
+// WithLiveness sets how long a process counts as live on a target after its
+// last call (default 10s, and never less than twice the window). The live
+// count sets each process's share when the store fails.
+func WithLiveness(d time.Duration) RedisOption {
+	return func(s *RedisStore) { s.liveness = d }
+}
+
+// NewRedisStore returns a store on client. The client stays the caller's:
+// Close does not close it.
+func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisStore, error) {
+	if client == nil {
+		return nil, errors.New("throttle: NewRedisStore: nil client")
+	}
+	var id [6]byte
+	_, _ = rand.Read(id[:])
+	s := &RedisStore{client: client, prefix: DefaultKeyPrefix, proc: hex.EncodeToString(id[:]), liveness: 10 * time.Second}
+	for _, o := range opts {
+		o(s)
+	}
+	if strings.ContainsAny(s.prefix, "{}") {
+		return nil, fmt.Errorf("throttle: key prefix %q must not contain '{' or '}'", s.prefix)
+	}
+	if s.liveness <= 0 {
+		return nil, fmt.Errorf("throttle: liveness %v must be positive", s.liveness)
+	}
+	return s, nil
+}
+
+// Close implements Store; the client is left open.
+func (s *RedisStore) Close() error { return nil }
+
+// Process returns this store's process id, as it appears in entry names and
+// in the heartbeat.
+func (s *RedisStore) Process() string { return s.proc }
+
+// keys returns target's log, pause and heartbeat keys. The target sits
+// inside one {hash tag}; braces and '%' in it are escaped so no target can
+// end the tag early.
+func (s *RedisStore) keys(target string) []string {
+	tag := s.prefix + "{" + escapeTag(target) + "}:"
+	return []string{tag + "log", tag + "pause", tag + "procs"}
+}
+
+func escapeTag(t string) string {
+	if !strings.ContainsAny(t, "{}%") {
+		return t
+	}
+	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(t)
+}
+
+func (s *RedisStore) nowArg() string {
+	if s.now != nil {
+		return strconv.FormatInt(s.now(), 10)
+	}
+	return ""
+}
+
+func (s *RedisStore) member(id uint64) string {
+	return s.proc + "." + strconv.FormatUint(id, 36)
+}
+
+func us(d time.Duration) int64 { return d.Microseconds() }
+
+func fromUS(v int64) time.Duration { return time.Duration(v) * time.Microsecond }
+
+// Reserve implements Store.
+func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	liveness := max(s.liveness, 2*lim.Window)
+	args := make([]any, 0, 8+3*len(reqs))
+	args = append(args, "reserve", s.nowArg(), lim.Limit, us(lim.Window), us(lim.Gap), s.proc, us(liveness), len(reqs))
+	for _, r := range reqs {
+		maxWait := int64(-1)
+		if r.MaxWait >= 0 {
+			maxWait = us(r.MaxWait)
+		}
+		args = append(args, s.member(r.ID), r.N, maxWait)
+	}
+	vals, err := s.run(ctx, target, 6+2*len(reqs), args)
+	if err != nil {
+		return State{}, err
+	}
+	for i := range reqs {
+		grants[i] = Grant{OK: vals[6+2*i] == 1, Delay: fromUS(vals[7+2*i])}
+	}
+	return State{
+		Remaining:  int(vals[1]),
+		ResetAfter: fromUS(vals[2]),
+		Live:       int(vals[3]),
+		Tail:       fromUS(vals[4]),
+		Paused:     fromUS(vals[5]),
+	}, nil
+}
+
+// Cancel implements Store.
+func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int) error {
+	args := []any{"cancel", s.nowArg()}
+	m := s.member(id)
+	if n <= 1 {
+		args = append(args, m)
+	} else {
+		for j := 1; j <= n; j++ {
+			args = append(args, m+"."+strconv.Itoa(j))
+		}
+	}
+	_, err := s.run(ctx, target, 2, args)
+	return err
+}
+
+// Pause implements Store.
+func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
+	vals, err := s.run(ctx, target, 2, []any{"pause", s.nowArg(), us(max(d, 0))})
+	if err != nil {
+		return 0, err
+	}
+	return fromUS(vals[1]), nil
+}
+
+// Restore implements Store.
+func (s *RedisStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
+	args := []any{"restore", s.nowArg(), us(window)}
+	for _, e := range entries {
+		m := s.member(e.ID)
+		if e.N <= 1 {
+			args = append(args, m, us(e.Age))
+			continue
+		}
+		for j := 1; j <= e.N; j++ {
+			args = append(args, m+"."+strconv.Itoa(j), us(e.Age))
+		}
+	}
+	_, err := s.run(ctx, target, 2, args)
+	return err
+}
+
+// run executes the script and checks that the reply is an array of at least
+// want integers.
+func (s *RedisStore) run(ctx context.Context, target string, want int, args []any) ([]int64, error) {
+	op := args[0]
+	raw, err := slidingLog.Run(ctx, s.client, s.keys(target), args...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis store: %s %q: %w", op, target, err)
+	}
+	arr, ok := raw.([]any)
+	if !ok || len(arr) < want {
+		return nil, fmt.Errorf("redis store: %s %q: %w: %T of %d values, want %d integers", op, target, ErrBadReply, raw, len(arr), want)
+	}
+	vals := make([]int64, len(arr))
+	for i, v := range arr {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("redis store: %s %q: %w: value %d is %T, want an integer", op, target, ErrBadReply, i, v)
+		}
+		vals[i] = n
+	}
+	return vals, nil
+}
+
+// Probe checks that the store answers, on a connection of its own. A pooled
+// client can keep failing for a while after Redis is back (dial retries and
+// backoff), so a process deciding whether to leave its fallback asks a
+// fresh connection instead.
+func (s *RedisStore) Probe(ctx context.Context) error {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
+		fresh := redis.NewClient(&o)
+		defer fresh.Close()
+		return fresh.Ping(ctx).Err()
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			o := *m.Options()
+			o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
+			fresh := redis.NewClient(&o)
+			defer fresh.Close()
+			return fresh.Ping(ctx).Err()
+		})
+	}
+	return s.client.Ping(ctx).Err()
+}

@@ -1,0 +1,93 @@
+package throttle
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// ErrBadRule is wrapped by every error about a rule that cannot be used.
+var ErrBadRule = errors.New("bad rule")
+
+// A Rule is a target's limit: at most Limit units in any interval of length
+// Window, and, when Gap is positive, never two admissions closer than Gap.
+//
+// The zero Rule is invalid; use ParseRule or fill Limit and Window.
+type Rule struct {
+	Limit  int           // units per window; must be at least 1
+	Window time.Duration // the window's length; must be positive
+	Gap    time.Duration // minimum spacing between admissions; 0 means none
+}
+
+// ParseRule parses the rule syntax used everywhere in fleetgate:
+//
+//	N/DURATION[,gap=DURATION]
+//
+// for example "100/1m", "5/1s" or "100/1m,gap=200ms". DURATION is a Go
+// duration (time.ParseDuration); a bare unit such as "100/m" is not accepted,
+// because "1m" and "m" would then mean the same and "1ms" and "ms" would not.
+// A limit or window that is not positive, a negative gap, or anything else that
+// does not parse is an error wrapping ErrBadRule that quotes the rule.
+func ParseRule(s string) (Rule, error) {
+	fail := func(why string) (Rule, error) {
+		return Rule{}, fmt.Errorf("%w %q: %s (want N/DURATION[,gap=DURATION], e.g. 100/1m)", ErrBadRule, s, why)
+	}
+	spec, opts, _ := strings.Cut(strings.TrimSpace(s), ",")
+	num, win, ok := strings.Cut(spec, "/")
+	if !ok {
+		return fail("missing '/'")
+	}
+	limit, err := strconv.Atoi(strings.TrimSpace(num))
+	if err != nil {
+		return fail("limit is not a whole number")
+	}
+	if limit < 1 {
+		return fail("limit must be at least 1")
+	}
+	window, err := time.ParseDuration(strings.TrimSpace(win))
+	if err != nil {
+		return fail("window is not a duration")
+	}
+	if window <= 0 {
+		return fail("window must be positive")
+	}
+	r := Rule{Limit: limit, Window: window}
+	if opts != "" {
+		for opt := range strings.SplitSeq(opts, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(opt), "=")
+			if !ok || k != "gap" {
+				return fail(fmt.Sprintf("unknown option %q", opt))
+			}
+			gap, err := time.ParseDuration(v)
+			if err != nil || gap < 0 {
+				return fail("gap is not a non-negative duration")
+			}
+			r.Gap = gap
+		}
+	}
+	return r, nil
+}
+
+// Validate reports whether r can be used, with an error wrapping ErrBadRule.
+func (r Rule) Validate() error {
+	switch {
+	case r.Limit < 1:
+		return fmt.Errorf("%w %s: limit must be at least 1", ErrBadRule, r)
+	case r.Window <= 0:
+		return fmt.Errorf("%w %s: window must be positive", ErrBadRule, r)
+	case r.Gap < 0:
+		return fmt.Errorf("%w %s: gap must not be negative", ErrBadRule, r)
+	}
+	return nil
+}
+
+// String returns r in the syntax ParseRule reads.
+func (r Rule) String() string {
+	s := strconv.Itoa(r.Limit) + "/" + r.Window.String()
+	if r.Gap > 0 {
+		s += ",gap=" + r.Gap.String()
+	}
+	return s
+}

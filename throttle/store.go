@@ -1,0 +1,84 @@
+package throttle
+
+import (
+	"context"
+	"time"
+)
+
+// A Store keeps the sliding-window logs of every target and decides
+// admissions atomically. MemoryStore (one process) and RedisStore (a fleet)
+// implement it with identical semantics; the conformance tests hold both to
+// them. Implementations must be safe for concurrent use.
+//
+// Times inside a store come from the store's own clock; durations in its
+// arguments and results are relative to that clock's "now" at the call.
+type Store interface {
+	// Reserve decides reqs in order, atomically: each gets the earliest
+	// slot at which admitting its units keeps every interval of length
+	// lim.Window at or under lim.Limit units, after any pause, after every
+	// earlier entry (first come, first served) and at least lim.Gap after
+	// the latest one. A request whose slot is further than its MaxWait is
+	// refused and writes nothing. grants[i] receives the decision for
+	// reqs[i]; len(grants) must be at least len(reqs).
+	//
+	// On error nothing is known to have been written: the caller treats
+	// every request as not granted.
+	Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error)
+
+	// Cancel removes the n units that request id wrote, if they are still
+	// there. Cancelling what is gone is not an error.
+	Cancel(ctx context.Context, target string, id uint64, n int) error
+
+	// Pause holds every admission for target until now+d; a pause only ever
+	// grows, so a shorter one than the current pause changes nothing.
+	// Pause(ctx, target, 0) reads the pause. It returns what is left of it.
+	Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error)
+
+	// Restore writes entries into target's log as they are, without
+	// deciding anything: the admissions a process made while the store was
+	// unreachable, and placeholders for other processes' shares. Entries
+	// older than window are dropped.
+	Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error
+
+	// Close releases what the store owns. A store passed to New with
+	// WithStore is closed by its owner, not by the Throttler.
+	Close() error
+}
+
+// Limit is what a store enforces in one Reserve call: a Rule whose window
+// already includes the Throttler's margin.
+type Limit struct {
+	Limit  int           // units in any interval of length Window
+	Window time.Duration // the rule's window plus the margin
+	Gap    time.Duration // minimum spacing between admissions; 0 means none
+}
+
+// Request asks a store for one slot of N units.
+type Request struct {
+	ID      uint64        // unique among the process's requests; names the entries
+	N       int           // units, from 1 to Limit.Limit
+	MaxWait time.Duration // the longest acceptable delay; negative means no bound
+}
+
+// Grant is a store's decision on one Request.
+type Grant struct {
+	OK    bool          // the slot was written
+	Delay time.Duration // from the store's now to the slot (or, when !OK, to the slot it would have had)
+}
+
+// State describes a target's log after a Reserve call.
+type State struct {
+	Remaining  int           // units that could still be admitted now, 0 while paused
+	ResetAfter time.Duration // until the log is empty; 0 when it is already
+	Live       int           // processes seen on this target lately, this one included
+	Tail       time.Duration // until the latest entry's slot; 0 when none is in the future
+	Paused     time.Duration // what is left of the pause; 0 when there is none
+}
+
+// Entry is one log entry for Restore: request ID's N units at the store's
+// now minus Age (a negative Age is a future slot).
+type Entry struct {
+	ID  uint64
+	N   int
+	Age time.Duration
+}

@@ -1,0 +1,131 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"golang.org/x/net/idna"
+	"golang.org/x/net/publicsuffix"
+)
+
+// ErrBadTarget is wrapped by every error about a target name that cannot be
+// used: empty, malformed, or not a host name or IP address.
+var ErrBadTarget = errors.New("bad target")
+
+// KeyMode says which requests share one quota.
+type KeyMode int
+
+const (
+	// ByHost gives every host name (or IP) its own quota. The default.
+	ByHost KeyMode = iota
+	// ByDomain groups host names by registrable domain (eTLD+1, from the
+	// public suffix list): www.example.co.uk and api.example.co.uk share
+	// example.co.uk's quota. IPs stay as they are.
+	ByDomain
+	// ByIP groups host names by the first address they resolve to, since
+	// bans are per IP. Resolutions are cached by the Throttler.
+	ByIP
+)
+
+// ParseKeyMode reads "host", "domain" or "ip".
+func ParseKeyMode(s string) (KeyMode, error) {
+	switch s {
+	case "host":
+		return ByHost, nil
+	case "domain":
+		return ByDomain, nil
+	case "ip":
+		return ByIP, nil
+	}
+	return 0, fmt.Errorf("key mode %q: want host, domain or ip", s)
+}
+
+// String returns the name ParseKeyMode reads.
+func (m KeyMode) String() string {
+	switch m {
+	case ByDomain:
+		return "domain"
+	case ByIP:
+		return "ip"
+	}
+	return "host"
+}
+
+// Normalize returns the canonical form of a host, a host:port, a bracketed
+// IPv6 literal or an IP: lower case, port and trailing dot dropped,
+// internationalised names in ASCII (punycode), IPv6 in its compressed form.
+// It is what every quota is keyed by (before any grouping by KeyMode).
+func Normalize(host string) (string, error) {
+	return normalizeHost(host)
+}
+
+func normalizeHost(host string) (string, error) {
+	h := strings.TrimSpace(host)
+	if h == "" {
+		return "", fmt.Errorf("%w: empty host", ErrBadTarget)
+	}
+	if strings.HasPrefix(h, "[") { // [v6] or [v6]:port
+		end := strings.IndexByte(h, ']')
+		if end < 0 {
+			return "", fmt.Errorf("%w %q: unclosed '['", ErrBadTarget, trunc(host))
+		}
+		h = h[1:end]
+	} else if hh, _, err := net.SplitHostPort(h); err == nil {
+		h = hh
+	}
+	if ip, err := netip.ParseAddr(h); err == nil {
+		return ip.WithZone("").String(), nil
+	}
+	h = strings.TrimSuffix(h, ".")
+	ascii, err := idna.Lookup.ToASCII(h)
+	if err != nil || ascii == "" {
+		return "", fmt.Errorf("%w %q: not a host name or IP", ErrBadTarget, trunc(host))
+	}
+	return strings.ToLower(ascii), nil
+}
+
+// registrableDomain returns eTLD+1 of a normalised name, or the name itself
+// when it has none (an IP, "localhost", a public suffix).
+func registrableDomain(name string) string {
+	if _, err := netip.ParseAddr(name); err == nil {
+		return name
+	}
+	d, err := publicsuffix.EffectiveTLDPlusOne(name)
+	if err != nil {
+		return name
+	}
+	return d
+}
+
+// resolveIP returns the lowest address host resolves to, so every process
+// picks the same one from the same answer.
+func resolveIP(ctx context.Context, r *net.Resolver, name string) (string, error) {
+	if _, err := netip.ParseAddr(name); err == nil {
+		return name, nil
+	}
+	addrs, err := r.LookupNetIP(ctx, "ip", name)
+	if err != nil {
+		return "", fmt.Errorf("resolve %q: %w", name, err)
+	}
+	if len(addrs) == 0 {
+		return "", fmt.Errorf("resolve %q: no addresses", name)
+	}
+	best := addrs[0].Unmap()
+	for _, a := range addrs[1:] {
+		if a = a.Unmap(); a.Less(best) {
+			best = a
+		}
+	}
+	return best.String(), nil
+}
+
+func trunc(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

@@ -1,0 +1,435 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Throttler admits requests to targets so that, across every process sharing
+// its Store, no target receives more than its rule allows in any interval of
+// the rule's window (plus the margin).
+//
+// A Throttler is safe for concurrent use. Its methods take a host (a host
+// name, host:port, or IP, as in a URL); the host is normalised and grouped
+// into a target by the KeyMode, and the target's rule comes from Rules.
+type Throttler struct {
+	cfg       config
+	rules     *Rules
+	store     Store
+	ownsStore bool
+	local     *MemoryStore // the fallback's log, on the local clock
+	ids       atomic.Uint64
+	closed    atomic.Bool
+
+	hosts     sync.Map // raw host -> *hostEntry
+	hostCount atomic.Int64
+	targets   sync.Map // target name -> *target
+	degraded  atomic.Int64
+}
+
+type hostEntry struct {
+	tg      *target
+	expires time.Time // ByIP only: when to resolve again
+}
+
+// Decision is the answer of Allow: whether the request may go now and what
+// the target's log looks like. Durations of 0 mean "no wait".
+type Decision struct {
+	Allowed    bool          // the units were admitted and recorded
+	Remaining  int           // units that could still be admitted now
+	RetryAfter time.Duration // when not allowed: until the earliest slot
+	ResetAfter time.Duration // until the target's log is empty
+}
+
+// Mode says whether a Throttler is deciding with its store.
+type Mode int
+
+const (
+	// ModeStore: every target is decided by the store.
+	ModeStore Mode = iota
+	// ModeFallback: the store failed for at least one target, which is
+	// being decided by the failure policy.
+	ModeFallback
+)
+
+// String returns "store" or "fallback".
+func (m Mode) String() string {
+	if m == ModeFallback {
+		return "fallback"
+	}
+	return "store"
+}
+
+// New returns a Throttler for rules. With no options it keeps its logs in a
+// new MemoryStore (one process), adds DefaultMargin to every window, keys by
+// host and falls back locally (FailLocal) if a store fails. rules is copied.
+// A nil or empty rules is an error: every target needs a limit.
+func New(rules *Rules, opts ...Option) (*Throttler, error) {
+	if rules == nil || rules.Len() == 0 {
+		return nil, errorf("no rules: set at least a default rule (pattern %q)", DefaultPattern)
+	}
+	c := config{
+		margin:        DefaultMargin,
+		storeTimeout:  DefaultStoreTimeout,
+		maxPause:      DefaultMaxPause,
+		probeInterval: DefaultProbeInterval,
+		grace:         DefaultRecoveryGrace,
+		maxBatch:      64,
+		now:           time.Now,
+	}
+	for _, o := range opts {
+		o(&c)
+	}
+	switch {
+	case c.margin < 0:
+		return nil, errorf("margin %v must not be negative", c.margin)
+	case c.storeTimeout <= 0:
+		return nil, errorf("store timeout %v must be positive", c.storeTimeout)
+	case c.maxPause <= 0:
+		return nil, errorf("max pause %v must be positive", c.maxPause)
+	case c.probeInterval <= 0:
+		return nil, errorf("probe interval %v must be positive", c.probeInterval)
+	case c.grace < 0:
+		return nil, errorf("recovery grace %v must not be negative", c.grace)
+	case c.maxBatch < 1:
+		return nil, errorf("max batch %d must be at least 1", c.maxBatch)
+	case c.policy < FailLocal || c.policy > FailClosed:
+		return nil, errorf("unknown failure policy %d", c.policy)
+	case c.keyMode < ByHost || c.keyMode > ByIP:
+		return nil, errorf("unknown key mode %d", c.keyMode)
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.resolver == nil {
+		c.resolver = net.DefaultResolver
+	}
+	t := &Throttler{cfg: c, rules: rules.clone(), store: c.store}
+	if t.store == nil {
+		t.store, t.ownsStore = NewMemoryStore(WithMemoryClock(c.now)), true
+	}
+	t.local = NewMemoryStore(WithMemoryClock(c.now))
+	return t, nil
+}
+
+// Close releases the Throttler: the MemoryStore it created, if any, and its
+// fallback log. Calls after Close return ErrClosed. A store passed with
+// WithStore is left open.
+func (t *Throttler) Close() error {
+	if t.closed.Swap(true) {
+		return nil
+	}
+	var err error
+	if t.ownsStore {
+		err = t.store.Close()
+	}
+	return errors.Join(err, t.local.Close())
+}
+
+// Mode reports whether every target is currently decided by the store.
+func (t *Throttler) Mode() Mode {
+	if t.degraded.Load() > 0 {
+		return ModeFallback
+	}
+	return ModeStore
+}
+
+// Target returns the name of the quota that host counts against, and its
+// rule.
+func (t *Throttler) Target(ctx context.Context, host string) (string, Rule, error) {
+	tg, err := t.target(ctx, host)
+	if err != nil {
+		return "", Rule{}, err
+	}
+	return tg.name, tg.rule, nil
+}
+
+// Wait blocks until the fleet may send one request to host. It is WaitN(ctx, host, 1).
+func (t *Throttler) Wait(ctx context.Context, host string) error {
+	return t.WaitN(ctx, host, 1)
+}
+
+// WaitN blocks until the fleet may send n units to host, then returns nil:
+// the units are recorded in the log at that moment. Waiters are served first
+// come, first served.
+//
+// It returns at once, with nothing reserved, when ctx has ended, when host is
+// not a valid target (ErrBadTarget) or has no rule (ErrNoRule), when n is
+// outside 1..limit (ErrTooMany), or when the earliest slot lies past ctx's
+// deadline (an error matching both ErrWouldExceedDeadline and
+// context.DeadlineExceeded). If ctx ends while it sleeps, the slot is
+// released for later waiters and the error wraps ctx's error.
+func (t *Throttler) WaitN(ctx context.Context, host string, n int) error {
+	r, err := t.ReserveN(ctx, host, n)
+	if err != nil {
+		return err
+	}
+	d := r.Delay()
+	if d <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		r.release()
+		return waitError(ctx, r.tg.name)
+	}
+}
+
+// Reservation is a booked slot: the caller may send its units at Time().
+// Cancel releases it for later waiters.
+type Reservation struct {
+	t    *Throttler
+	tg   *target
+	id   uint64
+	n    int
+	at   time.Time // local clock
+	via  via
+	done atomic.Bool
+}
+
+type via int
+
+const (
+	viaStore via = iota
+	viaLocal
+	viaOpen
+)
+
+// Time returns when the reserved units may be sent, on the local clock.
+func (r *Reservation) Time() time.Time { return r.at }
+
+// Delay returns how long from now until Time, or 0 if it has passed.
+func (r *Reservation) Delay() time.Duration { return max(0, r.at.Sub(r.t.cfg.now())) }
+
+// Target returns the name of the quota the reservation counts against.
+func (r *Reservation) Target() string { return r.tg.name }
+
+// Cancel removes the reservation from the log, so later waiters move up. Call
+// it only for units that were not sent. Cancelling twice is a no-op.
+func (r *Reservation) Cancel(ctx context.Context) error {
+	if r.done.Swap(true) {
+		return nil
+	}
+	return r.t.cancel(ctx, r)
+}
+
+func (r *Reservation) release() {
+	if r.done.Swap(true) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.t.cfg.storeTimeout)
+	defer cancel()
+	_ = r.t.cancel(ctx, r) // best effort: an orphan entry only makes the log stricter
+}
+
+func (t *Throttler) cancel(ctx context.Context, r *Reservation) error {
+	switch r.via {
+	case viaStore:
+		ctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
+		defer cancel()
+		if err := t.store.Cancel(ctx, r.tg.name, r.id, r.n); err != nil {
+			return fmt.Errorf("throttle: cancel reservation for %q: %w", r.tg.name, err)
+		}
+	case viaLocal:
+		return t.local.Cancel(ctx, r.tg.name, r.id, r.n)
+	}
+	return nil
+}
+
+// ReserveN books the earliest slot for n units to host without waiting for
+// it; see WaitN for the errors. The caller must either act at Time() or
+// Cancel.
+func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservation, error) {
+	if t.closed.Load() {
+		return nil, ErrClosed
+	}
+	tg, err := t.target(ctx, host)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, waitError(ctx, tg.name)
+	}
+	if n < 1 || n > tg.rule.Limit {
+		return nil, fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
+	}
+	for {
+		maxWait := time.Duration(-1)
+		if dl, ok := ctx.Deadline(); ok {
+			if maxWait = dl.Sub(t.cfg.now()); maxWait <= 0 {
+				return nil, deadlineError(tg.name, 0)
+			}
+		}
+		w := &waiter{req: Request{ID: t.ids.Add(1), N: n, MaxWait: maxWait}, ready: make(chan struct{})}
+		if err := t.submit(ctx, tg, w); err != nil {
+			return nil, err
+		}
+		if errors.Is(w.err, errStoreDown) { // FailClosed: retry until ctx ends
+			if err := sleepCtx(ctx, t.cfg.probeInterval); err != nil {
+				return nil, fmt.Errorf("throttle: wait for %q: %w: %w", tg.name, ErrStoreUnavailable, err)
+			}
+			continue
+		}
+		if w.err != nil {
+			return nil, w.err
+		}
+		if !w.grant.OK {
+			return nil, deadlineError(tg.name, w.grant.Delay)
+		}
+		r := &Reservation{t: t, tg: tg, id: w.req.ID, n: n, at: w.at, via: w.via}
+		if err := ctx.Err(); err != nil { // ended while the batch was in flight
+			r.release()
+			return nil, waitError(ctx, tg.name)
+		}
+		return r, nil
+	}
+}
+
+// Allow reports whether one request to host may go now, and records it if
+// so. It never waits. It is AllowN(ctx, host, 1).
+func (t *Throttler) Allow(ctx context.Context, host string) (Decision, error) {
+	return t.AllowN(ctx, host, 1)
+}
+
+// AllowN admits n units to host now if the fleet's limit allows it right now,
+// and records them; otherwise it records nothing and Decision.RetryAfter says
+// when the earliest slot is (later waiters may take it first). Errors are
+// those of WaitN that do not involve waiting.
+func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, error) {
+	if t.closed.Load() {
+		return Decision{}, ErrClosed
+	}
+	tg, err := t.target(ctx, host)
+	if err != nil {
+		return Decision{}, err
+	}
+	if n < 1 || n > tg.rule.Limit {
+		return Decision{}, fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
+	}
+	reqs := [1]Request{{ID: t.ids.Add(1), N: n}}
+	var grants [1]Grant
+	var st State
+	if ms, ok := t.store.(*MemoryStore); ok { // cannot fail: no timeout, no allocation
+		st, _ = ms.Reserve(ctx, tg.name, tg.lim, reqs[:], grants[:])
+		return decision(st, grants[0]), nil
+	}
+	if tg.degradedNow(t) == nil {
+		if st, err = t.storeReserve(tg, reqs[:], grants[:]); err != nil {
+			t.enterFallback(tg, err)
+		}
+	}
+	if tg.isDegraded() {
+		switch t.cfg.policy {
+		case FailOpen:
+			return Decision{Allowed: true}, nil
+		case FailClosed:
+			return Decision{RetryAfter: t.cfg.probeInterval}, fmt.Errorf("throttle: allow %q: %w", tg.name, ErrStoreUnavailable)
+		}
+		st, _ = t.local.Reserve(ctx, tg.name, t.share(tg), reqs[:], grants[:])
+	}
+	return decision(st, grants[0]), nil
+}
+
+func decision(st State, g Grant) Decision {
+	d := Decision{Allowed: g.OK, Remaining: st.Remaining, ResetAfter: st.ResetAfter}
+	if !d.Allowed {
+		d.RetryAfter = max(g.Delay, time.Microsecond)
+	}
+	return d
+}
+
+// Pause holds every request to host's target, fleet-wide, for d (capped at
+// the maximum pause): nothing is admitted until it ends, and waiters get its
+// end as their slot. A pause only ever grows. It returns what is left of the
+// pause. The pause is also kept locally, so it holds in the fallback too.
+func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (time.Duration, error) {
+	if t.closed.Load() {
+		return 0, ErrClosed
+	}
+	tg, err := t.target(ctx, host)
+	if err != nil {
+		return 0, err
+	}
+	d = min(max(d, 0), t.cfg.maxPause)
+	left, _ := t.local.Pause(ctx, tg.name, d)
+	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
+	defer cancel()
+	fleet, err := t.store.Pause(sctx, tg.name, d)
+	if err != nil {
+		return left, fmt.Errorf("throttle: pause %q: %w", tg.name, err)
+	}
+	return max(left, fleet), nil
+}
+
+// Paused returns what is left of host's fleet-wide pause, 0 when there is
+// none. When the store fails it answers from the local copy.
+func (t *Throttler) Paused(ctx context.Context, host string) (time.Duration, error) {
+	return t.Pause(ctx, host, 0)
+}
+
+// target returns the quota for host, from the cache when it can.
+func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
+	if v, ok := t.hosts.Load(host); ok {
+		he := v.(*hostEntry)
+		if he.expires.IsZero() || t.cfg.now().Before(he.expires) {
+			return he.tg, nil
+		}
+	}
+	name, err := normalizeHost(host)
+	if err != nil {
+		return nil, fmt.Errorf("throttle: %w", err)
+	}
+	key := name
+	var expires time.Time
+	switch t.cfg.keyMode {
+	case ByDomain:
+		key = registrableDomain(name)
+	case ByIP:
+		if key, err = resolveIP(ctx, t.cfg.resolver, name); err != nil {
+			return nil, fmt.Errorf("throttle: %w: %w", ErrBadTarget, err)
+		}
+		expires = t.cfg.now().Add(time.Minute)
+	}
+	rule, _, ok := t.rules.Lookup(name)
+	if !ok || (key != name && !t.rules.hasExplicit(name)) {
+		if r, _, ok2 := t.rules.Lookup(key); ok2 {
+			rule, ok = r, true
+		}
+	}
+	if !ok {
+		return nil, fmt.Errorf("throttle: %q: %w", name, ErrNoRule)
+	}
+	// Hosts grouped into one target share the rule of the first one seen.
+	v, _ := t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin))
+	tg := v.(*target)
+	if t.hostCount.Add(1) > maxCachedHosts {
+		t.hosts.Clear()
+		t.hostCount.Store(0)
+	}
+	t.hosts.Store(host, &hostEntry{tg: tg, expires: expires})
+	return tg, nil
+}
+
+// maxCachedHosts bounds the host cache of a long crawl over many hosts.
+const maxCachedHosts = 100_000
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

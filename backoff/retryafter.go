@@ -1,0 +1,92 @@
+package backoff
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultMaxRetryAfter is the cap [ParseRetryAfter] and [ParseRateLimit]
+// apply to every wait when they are given a cap of zero or less.
+const DefaultMaxRetryAfter = 5 * time.Minute
+
+// ErrInvalidRetryAfter is wrapped by every error [ParseRetryAfter]
+// returns; match it with errors.Is.
+var ErrInvalidRetryAfter = errors.New("backoff: invalid Retry-After")
+
+// httpDates are the three HTTP-date forms of RFC 9110 §5.6.7, as
+// [http.ParseTime] knows them but with the RFC 850 form's zone pinned to
+// GMT, so that no other zone abbreviation is read as UTC.
+var httpDates = [...]string{
+	http.TimeFormat,                  // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+	"Monday, 02-Jan-06 15:04:05 GMT", // RFC 850:     Sunday, 06-Nov-94 08:49:37 GMT
+	time.ANSIC,                       // asctime:     Sun Nov  6 08:49:37 1994
+}
+
+// ParseRetryAfter returns the wait an HTTP Retry-After field value asks
+// for (RFC 9110 §10.2.3), measured from now.
+//
+// The value is delta-seconds (1*DIGIT) or an HTTP-date in one of the three
+// forms [http.ParseTime] accepts, written exactly as RFC 9110 §5.6.7 has
+// it: GMT (in the RFC 850 form too), the right weekday, two-digit fields
+// and no fractional seconds. Surrounding spaces and tabs are ignored. A date in the past means 0. The
+// result is capped at maxWait; maxWait <= 0 means [DefaultMaxRetryAfter].
+//
+// Nothing is guessed: an empty value, a sign, a fraction, any other text,
+// or a number of seconds that overflows a time.Duration yields 0 and an
+// error wrapping [ErrInvalidRetryAfter] that quotes the value, truncated
+// and with control bytes escaped.
+func ParseRetryAfter(value string, now time.Time, maxWait time.Duration) (time.Duration, error) {
+	if maxWait <= 0 {
+		maxWait = DefaultMaxRetryAfter
+	}
+	v := strings.Trim(value, " \t")
+	if v == "" {
+		return 0, invalidRetryAfter(value, "empty")
+	}
+	if digits(v) {
+		secs, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || secs > math.MaxInt64/int64(time.Second) {
+			return 0, invalidRetryAfter(value, "seconds overflow a time.Duration")
+		}
+		return min(time.Duration(secs)*time.Second, maxWait), nil
+	}
+	for _, layout := range httpDates {
+		// time.Parse tolerates fractional seconds, one-digit hours, any
+		// letter case and a wrong weekday; the round trip rejects them.
+		if t, err := time.Parse(layout, v); err == nil && t.Format(layout) == v {
+			return min(max(t.Sub(now), 0), maxWait), nil
+		}
+	}
+	return 0, invalidRetryAfter(value, "neither delta-seconds nor an HTTP-date")
+}
+
+// invalidRetryAfter returns an error wrapping ErrInvalidRetryAfter that
+// quotes value and says why it was rejected.
+func invalidRetryAfter(value, reason string) error {
+	return fmt.Errorf("%w %s: %s", ErrInvalidRetryAfter, quote(value), reason)
+}
+
+// quote returns s Go-quoted and cut to 32 bytes, so that a header value
+// cannot put control bytes or bulk into an error message.
+func quote(s string) string {
+	const n = 32
+	if len(s) > n {
+		return strconv.Quote(s[:n]) + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// digits reports whether s is 1*DIGIT.
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}

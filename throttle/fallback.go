@@ -26,12 +26,14 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 		return
 	}
 	if t.cfg.policy == FailLocal {
-		// Reservations booked before the failure may still land after now,
-		// and other processes may have used the whole window: the local log
-		// starts full at the latest known slot, so the first local admission
-		// is a whole window after it. Seeded before anyone sees degraded.
+		// Reservations booked before the failure, by any process, may land
+		// up to the horizon from now, and other processes may have used the
+		// whole window: the local log starts full there, so the first local
+		// admission comes a whole window after anything the fleet booked.
+		// Seeded before anyone sees degraded.
 		share := tg.shareLocked()
-		seed := []Entry{{ID: t.ids.Add(1), N: share.Limit, Age: -max(0, tg.tail.Sub(now))}}
+		ahead := max(tg.tail.Sub(now), t.horizon(tg))
+		seed := []Entry{{ID: t.ids.Add(1), N: share.Limit, Age: -ahead}}
 		_ = t.local.Restore(context.Background(), tg.name, share.Window, seed)
 	}
 	tg.degraded, tg.probed = true, now
@@ -88,6 +90,14 @@ func (tg *target) degradedNow(t *Throttler) error {
 		t.cfg.logger.Info("fleetgate: store is back; deciding by the store again", "target", tg.name)
 	}
 	return nil
+}
+
+// horizon is how far ahead the store may book for tg.
+func (t *Throttler) horizon(tg *target) time.Duration {
+	if t.cfg.maxAhead > 0 {
+		return t.cfg.maxAhead
+	}
+	return tg.lim.Window
 }
 
 // share is this process's part of tg's limit while the store is down: N

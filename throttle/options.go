@@ -89,6 +89,7 @@ type config struct {
 	probeInterval time.Duration
 	grace         time.Duration
 	maxBatch      int
+	maxAhead      time.Duration
 	logger        *slog.Logger
 	resolver      *net.Resolver
 	now           func() time.Time // the local clock; tests replace it
@@ -129,9 +130,20 @@ func WithRecoveryGrace(d time.Duration) Option { return func(c *config) { c.grac
 // store call (default 64; 1 turns batching off).
 func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 
+// WithMaxAhead sets the horizon: the store never books a slot further ahead
+// than d; a waiter whose slot lies beyond it sleeps until the slot comes
+// within reach, then books it (one more store call). The horizon bounds how
+// far ahead the fleet can have booked when the store fails, which is how
+// long FailLocal must stay silent before it admits locally. The default, 0,
+// means one window (the rule's window plus the margin).
+func WithMaxAhead(d time.Duration) Option { return func(c *config) { c.maxAhead = d } }
+
 // WithLogger sets where transitions between the store and the fallback are
 // logged (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithResolver sets the resolver used by ByIP (default net.DefaultResolver).
 func WithResolver(r *net.Resolver) Option { return func(c *config) { c.resolver = r } }
+
+// withClock replaces the local clock; tests only.
+func withClock(now func() time.Time) Option { return func(c *config) { c.now = now } }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"golang.org/x/net/idna"
@@ -74,7 +75,10 @@ func normalizeHost(host string) (string, error) {
 			return "", fmt.Errorf("%w %q: unclosed '['", ErrBadTarget, trunc(host))
 		}
 		h = h[1:end]
-	} else if hh, _, err := net.SplitHostPort(h); err == nil {
+	} else if hh, port, err := net.SplitHostPort(h); err == nil {
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil && port != "" {
+			return "", fmt.Errorf("%w %q: bad port", ErrBadTarget, trunc(host))
+		}
 		h = hh
 	}
 	if ip, err := netip.ParseAddr(h); err == nil {
@@ -82,10 +86,30 @@ func normalizeHost(host string) (string, error) {
 	}
 	h = strings.TrimSuffix(h, ".")
 	ascii, err := idna.Lookup.ToASCII(h)
-	if err != nil || ascii == "" {
+	if err != nil || !validHostname(ascii) {
 		return "", fmt.Errorf("%w %q: not a host name or IP", ErrBadTarget, trunc(host))
 	}
 	return strings.ToLower(ascii), nil
+}
+
+// validHostname checks the letters-digits-hyphen rule (underscores allowed,
+// as in real DNS names): labels of 1 to 63 bytes, 253 bytes in all.
+func validHostname(h string) bool {
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(h, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // registrableDomain returns eTLD+1 of a normalised name, or the name itself

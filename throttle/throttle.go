@@ -263,19 +263,30 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 	if n < 1 || n > tg.rule.Limit {
 		return nil, fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
 	}
+	ahead := t.horizon(tg)
+	storeDown := false
 	for {
-		maxWait := time.Duration(-1)
+		// The store books no further ahead than the horizon: a waiter with
+		// a later slot sleeps until it comes within reach. That bounds how
+		// far ahead the fleet can have booked when the store fails.
+		maxWait, hasDeadline := ahead, false
 		if dl, ok := ctx.Deadline(); ok {
-			if maxWait = dl.Sub(t.cfg.now()); maxWait <= 0 {
+			left := dl.Sub(t.cfg.now())
+			if left <= 0 {
+				if storeDown {
+					return nil, fmt.Errorf("throttle: wait for %q: %w: %w", tg.name, ErrStoreUnavailable, context.DeadlineExceeded)
+				}
 				return nil, deadlineError(tg.name, 0)
 			}
+			maxWait, hasDeadline = min(maxWait, left), true
 		}
 		w := &waiter{req: Request{ID: t.ids.Add(1), N: n, MaxWait: maxWait}, ready: make(chan struct{})}
 		if err := t.submit(ctx, tg, w); err != nil {
 			return nil, err
 		}
 		if errors.Is(w.err, errStoreDown) { // FailClosed: retry until ctx ends
-			if err := sleepCtx(ctx, t.cfg.probeInterval); err != nil {
+			storeDown = true
+			if err := sleepCtx(ctx, min(t.cfg.probeInterval, maxWait)); err != nil {
 				return nil, fmt.Errorf("throttle: wait for %q: %w: %w", tg.name, ErrStoreUnavailable, err)
 			}
 			continue
@@ -284,7 +295,15 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 			return nil, w.err
 		}
 		if !w.grant.OK {
-			return nil, deadlineError(tg.name, w.grant.Delay)
+			if hasDeadline && w.grant.Delay > maxWait {
+				if dl, _ := ctx.Deadline(); w.grant.Delay > dl.Sub(t.cfg.now()) {
+					return nil, deadlineError(tg.name, w.grant.Delay)
+				}
+			}
+			if err := sleepCtx(ctx, max(w.grant.Delay-ahead, time.Millisecond)); err != nil {
+				return nil, waitError(ctx, tg.name)
+			}
+			continue
 		}
 		r := &Reservation{t: t, tg: tg, id: w.req.ID, n: n, at: w.at, via: w.via}
 		if err := ctx.Err(); err != nil { // ended while the batch was in flight

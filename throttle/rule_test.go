@@ -1,0 +1,141 @@
+package throttle
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseRule(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want Rule
+		err  bool
+	}{
+		{name: "per minute", in: "100/1m", want: Rule{Limit: 100, Window: time.Minute}},
+		{name: "per second", in: "5/1s", want: Rule{Limit: 5, Window: time.Second}},
+		{name: "spaces", in: " 5 / 1s ", want: Rule{Limit: 5, Window: time.Second}},
+		{name: "gap", in: "100/1m,gap=200ms", want: Rule{Limit: 100, Window: time.Minute, Gap: 200 * time.Millisecond}},
+		{name: "compound window", in: "3/1m30s", want: Rule{Limit: 3, Window: 90 * time.Second}},
+		{name: "zero limit", in: "0/1s", err: true},
+		{name: "negative limit", in: "-1/1s", err: true},
+		{name: "zero window", in: "5/0s", err: true},
+		{name: "negative window", in: "5/-1s", err: true},
+		{name: "bare unit", in: "5/s", err: true},
+		{name: "no slash", in: "5", err: true},
+		{name: "fraction", in: "1.5/1s", err: true},
+		{name: "empty", in: "", err: true},
+		{name: "unknown option", in: "5/1s,burst=3", err: true},
+		{name: "negative gap", in: "5/1s,gap=-1s", err: true},
+		{name: "bad gap", in: "5/1s,gap=soon", err: true},
+		{name: "overflow", in: "99999999999999999999/1s", err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseRule(tt.in)
+			if tt.err {
+				require.Error(t, err)
+				require.True(t, errors.Is(err, ErrBadRule), "error %v does not wrap ErrBadRule", err)
+				require.Contains(t, err.Error(), tt.in, "the error must quote the rule")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+			again, err := ParseRule(got.String())
+			require.NoError(t, err)
+			require.Equal(t, got, again, "String must round-trip")
+		})
+	}
+}
+
+func TestRulesPrecedence(t *testing.T) {
+	rs, err := ParseRules(
+		"*=1/1s",
+		"*.example.com=2/1s",
+		"*.api.example.com=3/1s",
+		"api.example.com=4/1s",
+		"10.0.0.1=5/1s",
+		"BÜCHER.example=6/1s",
+	)
+	require.NoError(t, err)
+	tests := []struct {
+		target  string
+		limit   int
+		pattern string
+	}{
+		{"api.example.com", 4, "api.example.com"},
+		{"v1.api.example.com", 3, "*.api.example.com"},
+		{"deep.v1.api.example.com", 3, "*.api.example.com"},
+		{"www.example.com", 2, "*.example.com"},
+		{"example.com", 1, "*"},
+		{"notexample.com", 1, "*"},
+		{"10.0.0.1", 5, "10.0.0.1"},
+		{"xn--bcher-kva.example", 6, "xn--bcher-kva.example"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.target, func(t *testing.T) {
+			r, p, ok := rs.Lookup(tt.target)
+			require.True(t, ok)
+			require.Equal(t, tt.limit, r.Limit)
+			require.Equal(t, tt.pattern, p)
+		})
+	}
+
+	t.Run("no default", func(t *testing.T) {
+		rs, err := ParseRules("a.example=1/1s")
+		require.NoError(t, err)
+		_, _, ok := rs.Lookup("b.example")
+		require.False(t, ok)
+	})
+}
+
+func TestRulesErrorsNameTheSpec(t *testing.T) {
+	for _, spec := range []string{"example.com", "example.com=0/1s", "example.com=5/0s", "*.=1/1s", "a*b.com=1/1s", "=1/1s", "*.exa mple.com=1/1s"} {
+		t.Run(spec, func(t *testing.T) {
+			_, err := ParseRules(spec)
+			require.Error(t, err)
+			require.ErrorIs(t, err, ErrBadRule)
+		})
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"Example.COM", "example.com"},
+		{"example.com:8080", "example.com"},
+		{"example.com.", "example.com"},
+		{"[2001:DB8::1]:443", "2001:db8::1"},
+		{"2001:db8:0:0::1", "2001:db8::1"},
+		{"127.0.0.1:80", "127.0.0.1"},
+		{"bücher.example", "xn--bcher-kva.example"},
+		{"localhost", "localhost"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := Normalize(tt.in)
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+	for _, bad := range []string{"", "  ", "[::1", "exa mple.com", "a..b", "http://x.com/"} {
+		t.Run("bad "+bad, func(t *testing.T) {
+			_, err := Normalize(bad)
+			require.ErrorIs(t, err, ErrBadTarget)
+		})
+	}
+}
+
+func TestRegistrableDomain(t *testing.T) {
+	require.Equal(t, "example.co.uk", registrableDomain("www.api.example.co.uk"))
+	require.Equal(t, "example.com", registrableDomain("example.com"))
+	require.Equal(t, "10.1.2.3", registrableDomain("10.1.2.3"))
+	require.Equal(t, "localhost", registrableDomain("localhost"))
+}
+
+func TestEscapeTag(t *testing.T) {
+	require.Equal(t, "a%7Bb%7Dc%25", escapeTag("a{b}c%"))
+	require.Equal(t, "example.com", escapeTag("example.com"))
+}

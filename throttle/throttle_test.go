@@ -1,0 +1,350 @@
+package throttle
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func newTestThrottler(t *testing.T, opts ...Option) *Throttler {
+	t.Helper()
+	rules, err := ParseRules("*=2/1s", "one.example=1/1s", "paced.example=10/1s,gap=100ms")
+	require.NoError(t, err)
+	tr, err := New(rules, append([]Option{WithMargin(0)}, opts...)...)
+	require.NoError(t, err)
+	return tr
+}
+
+func TestWaitBlocksUntilTheWindowAllows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t)
+		defer tr.Close()
+		ctx := context.Background()
+		start := time.Now()
+		var got []time.Duration
+		for range 5 {
+			require.NoError(t, tr.Wait(ctx, "example.com"))
+			got = append(got, time.Since(start))
+		}
+		require.Equal(t, []time.Duration{0, 0, time.Second, time.Second, 2 * time.Second}, got)
+	})
+}
+
+func TestMarginWidensTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t, WithMargin(250*time.Millisecond))
+		defer tr.Close()
+		start := time.Now()
+		for range 3 {
+			require.NoError(t, tr.Wait(context.Background(), "example.com"))
+		}
+		require.Equal(t, 1250*time.Millisecond, time.Since(start))
+	})
+}
+
+func TestCancelledWaitReleasesItsSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t)
+		defer tr.Close()
+		ctx := context.Background()
+		require.NoError(t, tr.Wait(ctx, "one.example")) // the window is full until 1s
+
+		cctx, cancel := context.WithCancel(ctx)
+		errc := make(chan error, 1)
+		go func() { errc <- tr.Wait(cctx, "one.example") }() // books 1s
+		synctest.Wait()
+		cancel()
+		err := <-errc
+		require.ErrorIs(t, err, context.Canceled)
+
+		start := time.Now()
+		require.NoError(t, tr.Wait(ctx, "one.example"))
+		require.Equal(t, time.Second, time.Since(start), "the next waiter takes the released slot, not the one after it")
+	})
+}
+
+func TestDeadlineTooShortFailsFastAndWritesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t)
+		defer tr.Close()
+		ctx := context.Background()
+		require.NoError(t, tr.Wait(ctx, "one.example"))
+
+		dctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		err := tr.Wait(dctx, "one.example")
+		require.Equal(t, time.Duration(0), time.Since(start), "must not wait for a slot it cannot use")
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, ErrWouldExceedDeadline)
+
+		d, err := tr.Allow(ctx, "one.example")
+		require.NoError(t, err)
+		require.Equal(t, Decision{RetryAfter: time.Second, ResetAfter: time.Second}, d, "the refused wait must have booked nothing")
+	})
+}
+
+func TestPauseHoldsEveryWaiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t)
+		defer tr.Close()
+		ctx := context.Background()
+		left, err := tr.Pause(ctx, "example.com", 2*time.Second)
+		require.NoError(t, err)
+		require.Equal(t, 2*time.Second, left)
+
+		start := time.Now()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var woke []time.Duration
+		for range 4 {
+			wg.Go(func() {
+				require.NoError(t, tr.Wait(ctx, "example.com"))
+				mu.Lock()
+				woke = append(woke, time.Since(start))
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		require.ElementsMatch(t, []time.Duration{2 * time.Second, 2 * time.Second, 3 * time.Second, 3 * time.Second}, woke)
+
+		left, err = tr.Paused(ctx, "example.com")
+		require.NoError(t, err)
+		require.Equal(t, time.Duration(0), left)
+	})
+}
+
+func TestPauseIsCapped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t, WithMaxPause(time.Minute))
+		defer tr.Close()
+		left, err := tr.Pause(context.Background(), "example.com", 1000*time.Hour)
+		require.NoError(t, err)
+		require.Equal(t, time.Minute, left)
+	})
+}
+
+func TestPacing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t)
+		defer tr.Close()
+		start := time.Now()
+		for i := range 3 {
+			require.NoError(t, tr.Wait(context.Background(), "paced.example"))
+			require.Equal(t, time.Duration(i)*100*time.Millisecond, time.Since(start))
+		}
+	})
+}
+
+func TestAllowDecisions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t)
+		defer tr.Close()
+		ctx := context.Background()
+		d, err := tr.Allow(ctx, "Example.com:443")
+		require.NoError(t, err)
+		require.Equal(t, Decision{Allowed: true, Remaining: 1, ResetAfter: time.Second}, d)
+		time.Sleep(300 * time.Millisecond)
+		d, err = tr.AllowN(ctx, "example.com", 2)
+		require.NoError(t, err)
+		require.Equal(t, Decision{RetryAfter: 700 * time.Millisecond, Remaining: 1, ResetAfter: 700 * time.Millisecond}, d)
+		d, err = tr.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	})
+}
+
+func TestErrors(t *testing.T) {
+	rules, err := ParseRules("only.example=2/1s")
+	require.NoError(t, err)
+	tr, err := New(rules)
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx := context.Background()
+
+	require.ErrorIs(t, tr.Wait(ctx, "other.example"), ErrNoRule)
+	require.ErrorIs(t, tr.Wait(ctx, "bad host"), ErrBadTarget)
+	require.ErrorIs(t, tr.WaitN(ctx, "only.example", 3), ErrTooMany)
+	require.ErrorIs(t, tr.WaitN(ctx, "only.example", 0), ErrTooMany)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, tr.Wait(cctx, "only.example"), context.Canceled)
+	require.NoError(t, tr.Close())
+	require.ErrorIs(t, tr.Wait(ctx, "only.example"), ErrClosed)
+
+	_, err = New(nil)
+	require.Error(t, err)
+	_, err = New(rules, WithMargin(-time.Second))
+	require.ErrorContains(t, err, "margin")
+	_, err = New(rules, WithStoreTimeout(0))
+	require.ErrorContains(t, err, "store timeout")
+}
+
+func TestKeyModes(t *testing.T) {
+	rules, err := ParseRules("*=5/1s", "*.example.co.uk=7/1s")
+	require.NoError(t, err)
+	tr, err := New(rules, WithKeyMode(ByDomain))
+	require.NoError(t, err)
+	defer tr.Close()
+	name, rule, err := tr.Target(context.Background(), "WWW.api.Example.co.uk:8443")
+	require.NoError(t, err)
+	require.Equal(t, "example.co.uk", name)
+	require.Equal(t, 7, rule.Limit, "a wildcard for the host applies to its group")
+
+	tr2, err := New(rules, WithKeyMode(ByIP))
+	require.NoError(t, err)
+	defer tr2.Close()
+	name, _, err = tr2.Target(context.Background(), "localhost")
+	require.NoError(t, err)
+	require.Contains(t, []string{"127.0.0.1", "::1"}, name)
+}
+
+// flakyStore is a MemoryStore whose calls fail while fail is set, and that
+// counts its Reserve calls.
+type flakyStore struct {
+	*MemoryStore
+	fail     atomic.Bool
+	latency  time.Duration
+	reserves atomic.Int64
+	restored atomic.Int64
+}
+
+var errFlaky = errors.New("store down")
+
+func (s *flakyStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	s.reserves.Add(1)
+	time.Sleep(s.latency)
+	if s.fail.Load() {
+		return State{}, errFlaky
+	}
+	st, err := s.MemoryStore.Reserve(ctx, target, lim, reqs, grants)
+	st.Live = 2 // as if a second process shared the target
+	return st, err
+}
+
+func (s *flakyStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
+	if s.fail.Load() {
+		return errFlaky
+	}
+	for _, e := range entries {
+		s.restored.Add(int64(e.N))
+	}
+	return s.MemoryStore.Restore(ctx, target, window, entries)
+}
+
+func (s *flakyStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
+	if s.fail.Load() {
+		return 0, errFlaky
+	}
+	return s.MemoryStore.Pause(ctx, target, d)
+}
+
+func TestConcurrentWaitersShareStoreCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore(), latency: time.Millisecond}
+		defer store.Close()
+		rules, err := ParseRules("*=50/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithMargin(0))
+		require.NoError(t, err)
+		defer tr.Close()
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for range 25 {
+					require.NoError(t, tr.Wait(context.Background(), "example.com"))
+				}
+			})
+		}
+		wg.Wait()
+		require.Less(t, store.reserves.Load(), int64(100), "8 waiters × 25 admissions must share calls")
+	})
+}
+
+func TestFailurePolicies(t *testing.T) {
+	rules, err := ParseRules("*=4/1s")
+	require.NoError(t, err)
+
+	t.Run("open admits", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := &flakyStore{MemoryStore: NewMemoryStore()}
+			defer store.Close()
+			store.fail.Store(true)
+			tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen))
+			require.NoError(t, err)
+			defer tr.Close()
+			start := time.Now()
+			for range 10 {
+				require.NoError(t, tr.Wait(context.Background(), "example.com"))
+			}
+			require.Equal(t, time.Duration(0), time.Since(start))
+			require.Equal(t, ModeFallback, tr.Mode())
+		})
+	})
+
+	t.Run("closed waits for the store", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := &flakyStore{MemoryStore: NewMemoryStore()}
+			defer store.Close()
+			store.fail.Store(true)
+			tr, err := New(rules, WithStore(store), WithFailurePolicy(FailClosed))
+			require.NoError(t, err)
+			defer tr.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			err = tr.Wait(ctx, "example.com")
+			require.ErrorIs(t, err, ErrStoreUnavailable)
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+
+			go func() {
+				time.Sleep(500 * time.Millisecond)
+				store.fail.Store(false)
+			}()
+			start := time.Now()
+			require.NoError(t, tr.Wait(context.Background(), "example.com"))
+			require.GreaterOrEqual(t, time.Since(start), 500*time.Millisecond)
+			require.Equal(t, ModeStore, tr.Mode())
+		})
+	})
+
+	t.Run("local keeps the share and a full window across the transitions", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := &flakyStore{MemoryStore: NewMemoryStore()}
+			defer store.Close()
+			tr, err := New(rules, WithStore(store), WithMargin(0), WithRecoveryGrace(0))
+			require.NoError(t, err)
+			defer tr.Close()
+			ctx := context.Background()
+			start := time.Now()
+			var admitted []time.Duration
+			wait := func() {
+				require.NoError(t, tr.Wait(ctx, "example.com"))
+				admitted = append(admitted, time.Since(start))
+			}
+			for range 5 { // 4 now, one booked at 1s
+				wait()
+			}
+			store.fail.Store(true)
+			for range 4 {
+				wait()
+			}
+			require.Equal(t, ModeFallback, tr.Mode())
+			// Two live processes: the share is 2 per window, and the first
+			// local admission waits a full window past the horizon (one
+			// window), the furthest any process could have booked.
+			require.Equal(t, []time.Duration{0, 0, 0, 0, time.Second, 3 * time.Second, 3 * time.Second, 4 * time.Second, 4 * time.Second}, admitted)
+
+			store.fail.Store(false)
+			time.Sleep(DefaultProbeInterval)
+			wait()
+			require.Equal(t, ModeStore, tr.Mode())
+			require.GreaterOrEqual(t, store.restored.Load(), int64(2+1), "local admissions and placeholders are replayed into the store")
+		})
+	})
+}

@@ -1,0 +1,130 @@
+package throttle
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/internal/redistest"
+)
+
+func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	client := cluster.Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+
+	for _, target := range []string{"example.com", "we{ir}d", "}{", "a%7Bb"} {
+		keys := s.keys(target)
+		var slots []int64
+		for _, k := range keys {
+			slot, err := client.ClusterKeySlot(ctx, k).Result()
+			require.NoError(t, err)
+			slots = append(slots, slot)
+		}
+		require.Equal(t, []int64{slots[0], slots[0], slots[0]}, slots, "keys of %q: %v", target, keys)
+
+		g := make([]Grant, 2)
+		_, err := s.Reserve(ctx, target, Limit{Limit: 1, Window: time.Second}, []Request{{ID: 1, N: 1, MaxWait: -1}, {ID: 2, N: 1, MaxWait: -1}}, g)
+		require.NoError(t, err)
+		_, err = s.Pause(ctx, target, 500*time.Millisecond)
+		require.NoError(t, err)
+		for _, k := range keys {
+			ttl, err := client.PTTL(ctx, k).Result()
+			require.NoError(t, err)
+			require.Greater(t, ttl, time.Duration(0), "key %s must have a TTL", k)
+			require.LessOrEqual(t, ttl, 20*time.Second, "key %s", k)
+		}
+		log, err := client.PTTL(ctx, keys[0]).Result()
+		require.NoError(t, err)
+		require.Greater(t, log, time.Second, "the log outlives its last booking's window")
+		require.LessOrEqual(t, log, 2*time.Second+time.Millisecond)
+	}
+	_, err = NewRedisStore(client, WithKeyPrefix("bad{"))
+	require.Error(t, err)
+}
+
+func TestRedisStoreEntriesAreUniqueAcrossProcesses(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	a, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	b, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	lim := Limit{Limit: 10, Window: time.Minute}
+	g := make([]Grant, 1)
+	for _, s := range []*RedisStore{a, b} {
+		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: 7, N: 1, MaxWait: -1}}, g)
+		require.NoError(t, err)
+		require.True(t, g[0].OK)
+		_ = st
+	}
+	st, err := a.Reserve(ctx, "example.com", lim, []Request{{ID: 8, N: 3, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.Equal(t, 5, st.Remaining, "same ids in two processes and the units of one request are distinct entries")
+	require.Equal(t, 2, st.Live, "both processes are live")
+	n, err := client.ZCard(ctx, a.keys("example.com")[0]).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n)
+}
+
+func TestRedisStoreSurvivesScriptFlushAndRestart(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client(t)
+	ctx := context.Background()
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	lim := Limit{Limit: 10, Window: time.Second}
+	g := make([]Grant, 1)
+	_, err = s.Reserve(ctx, "example.com", lim, []Request{{ID: 1, N: 1}}, g)
+	require.NoError(t, err)
+	require.NoError(t, client.ScriptFlush(ctx).Err())
+	_, err = s.Reserve(ctx, "example.com", lim, []Request{{ID: 2, N: 1}}, g)
+	require.NoError(t, err, "EVAL must take over after NOSCRIPT")
+	require.True(t, g[0].OK)
+
+	srv.Kill(t)
+	_, err = s.Reserve(ctx, "example.com", lim, []Request{{ID: 3, N: 1}}, g)
+	require.Error(t, err)
+	srv.Restart(t)
+	require.Eventually(t, func() bool {
+		_, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: 4, N: 1}}, g)
+		return err == nil && g[0].OK
+	}, 5*time.Second, 50*time.Millisecond)
+	require.NoError(t, s.Probe(ctx))
+}
+
+// TestRedisUsesServerTime: processes whose local clocks disagree by an hour
+// still share one timeline, because the script reads the server's clock.
+func TestRedisUsesServerTime(t *testing.T) {
+	srv := redistest.StartServer(t)
+	prefix := redistest.KeyPrefix(t)
+	rules, err := ParseRules("*=3/10s")
+	require.NoError(t, err)
+	var ts []*Throttler
+	for _, skew := range []time.Duration{0, time.Hour, -time.Hour} {
+		s, err := NewRedisStore(srv.Client(t), WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(s), withClock(func() time.Time { return time.Now().Add(skew) }))
+		require.NoError(t, err)
+		t.Cleanup(func() { tr.Close() })
+		ts = append(ts, tr)
+	}
+	ctx := context.Background()
+	for _, tr := range ts {
+		d, err := tr.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	for _, tr := range ts {
+		d, err := tr.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.InDelta(t, 10*time.Second+DefaultMargin, d.RetryAfter, float64(time.Second))
+	}
+}

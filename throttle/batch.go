@@ -18,7 +18,7 @@ type target struct {
 	busy  bool       // a store call for this target is in flight
 	queue []*waiter  // waiters for the next call
 
-	live     int       // the largest live-process count seen lately
+	live     int       // the largest live-process count seen lately; 0 until the store answered
 	liveAt   time.Time // when live was last confirmed
 	tail     time.Time // local time of the latest slot the fleet is known to have booked
 	degraded bool      // the failure policy decides, not the store
@@ -26,7 +26,7 @@ type target struct {
 }
 
 func newTarget(name string, r Rule, margin time.Duration) *target {
-	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap}, live: 1}
+	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap}}
 }
 
 // waiter is one request in a batch.
@@ -134,8 +134,15 @@ func (t *Throttler) decide(tg *target, batch []*waiter) {
 			}
 			return
 		default:
+			share, known := t.share(tg)
+			if !known { // never heard how many share the target: wait as FailClosed does
+				for _, w := range batch {
+					w.err = errStoreDown
+				}
+				return
+			}
 			via = viaLocal
-			_, _ = t.local.Reserve(context.Background(), tg.name, t.share(tg), reqs, grants)
+			_, _ = t.local.Reserve(context.Background(), tg.name, share, reqs, grants)
 		}
 	}
 	now := t.cfg.now()

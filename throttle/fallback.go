@@ -74,7 +74,7 @@ func (tg *target) degradedNow(t *Throttler) error {
 		// What this process admitted locally, then placeholders for the
 		// shares of the others, dated ahead by the grace they may take to
 		// notice the store is back.
-		share := t.share(tg)
+		share, _ := t.share(tg)
 		entries = t.local.entries(tg.name, tg.lim.Window)
 		if others := (live - 1) * share.Limit; others > 0 {
 			entries = append(entries, Entry{ID: t.ids.Add(1), N: min(others, tg.lim.Limit), Age: -t.cfg.grace})
@@ -102,11 +102,13 @@ func (t *Throttler) horizon(tg *target) time.Duration {
 
 // share is this process's part of tg's limit while the store is down: N
 // divided by the live processes, or, when there are more processes than
-// units, one unit per proportionally longer window.
-func (t *Throttler) share(tg *target) Limit {
+// units, one unit per proportionally longer window. known is false when the
+// store never told this process how many share the target: then no share is
+// safe, and the process waits for the store.
+func (t *Throttler) share(tg *target) (l Limit, known bool) {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
-	return tg.shareLocked()
+	return tg.shareLocked(), tg.live > 0
 }
 
 func (tg *target) shareLocked() Limit {

@@ -38,12 +38,18 @@ type FailurePolicy int
 const (
 	// FailLocal, the default: each process falls back to its fleet share of
 	// the limit, N divided by the number of live processes it last saw for
-	// the target, kept in a local log. Entering the fallback it first lets a
-	// full window pass after the latest slot it knows the fleet booked, so
-	// reservations made before the failure cannot stack up with local
-	// admissions. Leaving it, it replays its local admissions into the store
-	// and adds placeholders for the other processes' shares, dated
-	// RecoveryGrace ahead, so their last local admissions are counted too.
+	// the target (the largest recent count: a low count fresh after a Redis
+	// restart never raises the share), kept in a local log.
+	//
+	// Entering the fallback, the local log starts full at the booking
+	// horizon (WithMaxAhead), the furthest any process can have booked, so
+	// the first local admission comes a whole window after every slot the
+	// fleet booked before the failure. Leaving it, the process replays its
+	// local admissions into the store and adds placeholders for the other
+	// processes' shares, dated RecoveryGrace ahead, so their last local
+	// admissions count too. A process that never heard from the store how
+	// many processes share a target waits for the store, as FailClosed does.
+	// The store is probed on a fresh connection every ProbeInterval.
 	FailLocal FailurePolicy = iota
 	// FailOpen admits every request while the store fails. The target's
 	// limit is no longer kept; use it only where availability matters more.

@@ -351,10 +351,12 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 		switch t.cfg.policy {
 		case FailOpen:
 			return Decision{Allowed: true}, nil
-		case FailClosed:
+		}
+		share, known := t.share(tg)
+		if t.cfg.policy == FailClosed || !known {
 			return Decision{RetryAfter: t.cfg.probeInterval}, fmt.Errorf("throttle: allow %q: %w", tg.name, ErrStoreUnavailable)
 		}
-		st, _ = t.local.Reserve(ctx, tg.name, t.share(tg), reqs[:], grants[:])
+		st, _ = t.local.Reserve(ctx, tg.name, share, reqs[:], grants[:])
 	}
 	return decision(st, grants[0]), nil
 }

@@ -313,6 +313,23 @@ func TestFailurePolicies(t *testing.T) {
 		})
 	})
 
+	t.Run("local waits when it never learned the fleet's size", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			store := &flakyStore{MemoryStore: NewMemoryStore()}
+			defer store.Close()
+			store.fail.Store(true)
+			tr, err := New(rules, WithStore(store), WithLogger(quietLogger()))
+			require.NoError(t, err)
+			defer tr.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			require.ErrorIs(t, tr.Wait(ctx, "example.com"), ErrStoreUnavailable)
+			d, err := tr.Allow(context.Background(), "example.com")
+			require.ErrorIs(t, err, ErrStoreUnavailable)
+			require.False(t, d.Allowed)
+		})
+	})
+
 	t.Run("local keeps the share and a full window across the transitions", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			store := &flakyStore{MemoryStore: NewMemoryStore()}

@@ -1,0 +1,30 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error is the error RoundTrip returns when it has no response to return.
+// It names the host and the attempt that failed, and wraps the cause, so
+// errors.Is matches context.Canceled, context.DeadlineExceeded,
+// throttle.ErrBadTarget and the like, and errors.As finds the Error itself
+// under the *url.Error of an http.Client.
+type Error struct {
+	Host    string // the request's URL.Host, as given
+	Attempt int    // the attempt that failed, from 1; the number made so far
+	Err     error  // the cause; never nil
+}
+
+// Error returns "transport: attempt N to "HOST": CAUSE".
+func (e *Error) Error() string {
+	return fmt.Sprintf("transport: attempt %d to %q: %v", e.Attempt, e.Host, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+var (
+	errNilURL     = errors.New("nil Request.URL")
+	errNoResponse = errors.New("base RoundTripper returned neither a response nor an error")
+)

@@ -1,0 +1,158 @@
+package transport
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetgate/fleetgate/backoff"
+)
+
+// Canonical names of the fields that can say how many requests remain;
+// without one of them no rate-limit hint can pause anything.
+var remainingFields = [...]string{
+	http.CanonicalHeaderKey("RateLimit"),
+	http.CanonicalHeaderKey("RateLimit-Remaining"),
+	http.CanonicalHeaderKey("X-RateLimit-Remaining"),
+	http.CanonicalHeaderKey("X-Rate-Limit-Remaining"),
+}
+
+// signals is what one response said about the target.
+type signals struct {
+	retryAfter time.Duration // a valid Retry-After on a 429 or 503, capped
+	pause      time.Duration // the fleet-wide pause asked for, capped; 0: none
+}
+
+// observe reads resp's signals, pauses the fleet when the target asks for
+// it, and keeps the run of 429s up to date. sent is when the attempt was
+// sent. It never fails: unusable fields are logged at Debug and ignored, a
+// pause the store could not take is logged at Warn.
+func (tr *Transport) observe(ctx context.Context, host string, resp *http.Response, sent time.Time) signals {
+	var sg signals
+	now := tr.cfg.now()
+	status := resp.StatusCode
+	hasRetryAfter := false
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
+			d, err := backoff.ParseRetryAfter(v[0], now, tr.cfg.maxRetryAfter)
+			switch {
+			case err != nil:
+				tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring Retry-After",
+					"host", host, "status", status, "error", err)
+			default:
+				hasRetryAfter = true
+				sg.retryAfter, sg.pause = d, d
+				if d == tr.cfg.maxRetryAfter {
+					tr.cfg.logger.DebugContext(ctx, "fleetgate: Retry-After capped",
+						"host", host, "status", status, "value", truncate(v[0]), "cap", tr.cfg.maxRetryAfter)
+				}
+			}
+		}
+	}
+	if hasRemaining(resp.Header) {
+		hint, _ := backoff.ParseRateLimit(resp.Header, now, tr.cfg.maxRetryAfter)
+		switch {
+		case hint.Remaining < 0:
+			tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring unusable rate-limit fields", "host", host, "status", status)
+		case hint.Remaining == 0 && hint.Reset > 0:
+			sg.pause = max(sg.pause, hint.Reset)
+		case hint.Remaining == 0:
+			tr.cfg.logger.DebugContext(ctx, "fleetgate: no requests remaining but no usable reset; not pausing", "host", host, "status", status)
+		}
+	}
+	switch {
+	case status == http.StatusTooManyRequests && !hasRetryAfter:
+		if target, err := tr.target(ctx, host); err == nil {
+			if d, ok := tr.streaks.escalate(target, sent, now, tr.cfg.pausePolicy); ok {
+				sg.pause = max(sg.pause, min(d, tr.cfg.maxRetryAfter))
+			}
+		}
+	case status >= 200 && status < 300 && tr.streaks.active():
+		if target, err := tr.target(ctx, host); err == nil {
+			tr.streaks.reset(target, sent)
+		}
+	}
+	if sg.pause > 0 {
+		// The signal matters to the fleet even if this caller gives up now;
+		// the Throttler bounds the store call by its own timeout.
+		if _, err := tr.t.Pause(context.WithoutCancel(ctx), host, sg.pause); err != nil {
+			tr.cfg.logger.WarnContext(ctx, "fleetgate: pause kept locally only", "host", host, "pause", sg.pause, "error", err)
+		}
+	}
+	return sg
+}
+
+func (tr *Transport) target(ctx context.Context, host string) (string, error) {
+	name, _, err := tr.t.Target(ctx, host)
+	return name, err
+}
+
+func hasRemaining(h http.Header) bool {
+	for _, k := range remainingFields {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// streaks counts, per target, the 429s without Retry-After in a row, so
+// that each one pauses the fleet longer. A 429 or 2xx to a request sent
+// before the latest escalation says nothing new (it was in flight when
+// this process reacted) and is ignored, so a burst of concurrent requests
+// answered 429 together escalates once. Safe for concurrent use.
+type streaks struct {
+	n  atomic.Int64 // len(m), read without the lock on every 2xx
+	mu sync.Mutex
+	m  map[string]*streak
+}
+
+type streak struct {
+	count int           // escalations so far
+	prev  time.Duration // the last pause, for DecorrelatedJitter
+	since time.Time     // when the last escalation happened
+}
+
+// escalate records a 429 to target sent at sent and returns the pause it
+// calls for, or false when the request was already in flight at the
+// latest escalation.
+func (s *streaks) escalate(target string, sent, now time.Time, p *backoff.Exponential) (time.Duration, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.m[target]
+	if st == nil {
+		if s.m == nil {
+			s.m = make(map[string]*streak)
+		}
+		st = &streak{}
+		s.m[target] = st
+		s.n.Add(1)
+	} else if sent.Before(st.since) {
+		return 0, false
+	}
+	d := p.Delay(st.count, st.prev)
+	st.count++
+	st.prev, st.since = d, now
+	return d, true
+}
+
+func (s *streaks) active() bool { return s.n.Load() > 0 }
+
+// reset ends target's run after a 2xx to a request sent at sent.
+func (s *streaks) reset(target string, sent time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.m[target]; st != nil && !sent.Before(st.since) {
+		delete(s.m, target)
+		s.n.Add(-1)
+	}
+}

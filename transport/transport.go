@@ -1,0 +1,277 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/fleetgate/fleetgate/backoff"
+	"github.com/fleetgate/fleetgate/throttle"
+)
+
+const (
+	// maxDrain bounds how much of a discarded response body is read so its
+	// connection can be reused; past it the connection is closed instead.
+	maxDrain = 64 << 10
+
+	// slept is the wait past which a pause may have begun while this
+	// request slept, so it is checked before sending.
+	slept = time.Millisecond
+)
+
+// Transport is an http.RoundTripper that sends every request only when the
+// fleet's quota for its target allows it, shares the target's rate-limit
+// signals (429, 503, Retry-After, RateLimit fields) with the whole fleet
+// as pauses, and retries what is worth retrying.
+//
+// Create it with New; the zero Transport is not usable. A Transport is
+// safe for concurrent use, and keeps the http.RoundTripper contract: it
+// never modifies the caller's request, closes the request body on every
+// path, closes every response it does not return, and returns a nil
+// error whenever it returns a response.
+type Transport struct {
+	base    http.RoundTripper
+	t       *throttle.Throttler
+	cfg     config
+	streaks streaks
+}
+
+// New returns a Transport that sends requests through base (nil means
+// http.DefaultTransport) under the quota of t, which it does not own: the
+// caller closes t after the Transport's last use.
+//
+// Requests count against the target t makes of req.URL.Host (normalised
+// and grouped by t's KeyMode); each hop of a redirect waits on its own
+// host's quota. With no options, a retryable request is sent up to
+// DefaultAttempts times, every wait a response asks for is capped at
+// DefaultMaxRetryAfter, nothing is added to responses, and ignored headers
+// are logged to slog.Default() at Debug. New panics if t is nil, a
+// programming error.
+func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transport {
+	if t == nil {
+		panic("transport: New with a nil *throttle.Throttler")
+	}
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	c := config{attempts: DefaultAttempts, maxRetryAfter: DefaultMaxRetryAfter, now: time.Now}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.maxRetryAfter <= 0 {
+		c.maxRetryAfter = DefaultMaxRetryAfter
+	}
+	if c.policy == nil {
+		c.policy = new(backoff.Exponential)
+	}
+	if c.pausePolicy == nil {
+		c.pausePolicy = &backoff.Exponential{Base: DefaultFirstPause, Multiplier: 2, Max: c.maxRetryAfter, Jitter: backoff.EqualJitter}
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	return &Transport{base: base, t: t, cfg: c}
+}
+
+// RoundTrip sends req when the quota of its target allows, and returns the
+// response of the last attempt, or an *Error when that attempt has none.
+//
+// Each attempt waits on the quota with req's context; if its slot was in
+// the future it checks, once the slot comes, that no fleet-wide pause
+// began meanwhile, and if one did it sits the pause out and waits again.
+// Under the limit an attempt costs one store call.
+//
+// Every response is read for signals, whatever its status: a valid
+// Retry-After on a 429 or 503 pauses the whole fleet for that long; a 429
+// without one pauses it for a time that grows with each 429 in a row (see
+// WithPauseBackoff); RateLimit or X-RateLimit fields saying no requests
+// remain pause it until their reset. Every such wait is capped (see
+// WithMaxRetryAfter). These signals only ever hold the fleet back; they
+// never raise a rule. Unusable fields are ignored.
+//
+// A request is retried only if it is idempotent (backoff.Idempotent) and
+// its body can be replayed (no body, or GetBody set), only while the
+// outcome is retryable (backoff.Retryable: 429, 502, 503, 504, or a
+// transient network error) and attempts remain. Before the next attempt
+// it waits max(backoff delay, Retry-After), then the quota. If ctx's
+// deadline would pass before the next attempt could be sent (during that
+// delay, or the pause the response asked for), the current outcome is
+// returned instead. Discarded responses are drained (at most 64 KiB) and
+// closed.
+//
+// When it fails before an attempt is sent (the quota wait fails: a bad
+// target, ctx ended, or a slot past ctx's deadline), RoundTrip returns an
+// *Error wrapping the cause; req's body is closed, and a slot booked for
+// the attempt is released.
+func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		closeBody(req)
+		return nil, &Error{Attempt: 1, Err: errNilURL}
+	}
+	ctx, host := req.Context(), req.URL.Host
+	attempts := tr.cfg.attempts
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	if attempts > 1 && (!backoff.Idempotent(req) || hasBody && req.GetBody == nil) {
+		attempts = 1
+	}
+	var (
+		attempt     int
+		delay, prev time.Duration // before the next attempt; the last policy delay
+		resp        *http.Response
+		err         error
+	)
+	for attempt = 1; ; attempt++ {
+		start := tr.cfg.now()
+		out, werr := tr.prepare(ctx, req, host, attempt, delay)
+		info := AttemptInfo{Request: req, Attempt: attempt, Waited: tr.cfg.now().Sub(start)}
+		if werr != nil {
+			if attempt == 1 {
+				closeBody(req)
+			}
+			info.Err = werr
+			tr.report(info)
+			return nil, &Error{Host: host, Attempt: attempt, Err: werr}
+		}
+
+		sent := tr.cfg.now()
+		resp, err = tr.base.RoundTrip(out)
+		switch {
+		case err != nil && resp != nil: // a base that breaks the contract
+			discard(resp)
+			resp = nil
+		case err == nil && resp == nil:
+			err = errNoResponse
+		}
+		var sg signals
+		if resp != nil {
+			sg = tr.observe(ctx, host, resp, sent)
+			info.Status = resp.StatusCode
+		}
+		info.Err, info.Pause = err, sg.pause
+		tr.report(info)
+
+		if attempt >= attempts || !backoff.Retryable(ctx, resp, err) {
+			break
+		}
+		d := tr.cfg.policy.Delay(attempt-1, prev)
+		prev = d
+		delay = max(d, sg.retryAfter)
+		if dl, ok := ctx.Deadline(); ok && tr.cfg.now().Add(max(delay, sg.pause)).After(dl) {
+			break // the next attempt could not be sent in time
+		}
+		if resp != nil {
+			discard(resp)
+		}
+	}
+	if err != nil {
+		return nil, &Error{Host: host, Attempt: attempt, Err: err}
+	}
+	if tr.cfg.attemptsHeader != "" {
+		if resp.Header == nil {
+			resp.Header = make(http.Header)
+		}
+		resp.Header[tr.cfg.attemptsHeader] = []string{strconv.Itoa(attempt)}
+	}
+	return resp, nil
+}
+
+// prepare waits delay, then on the quota, and returns the request to send
+// for this attempt: a clone of req, with a fresh body after the first. On
+// error nothing is left open and no slot is kept.
+func (tr *Transport) prepare(ctx context.Context, req *http.Request, host string, attempt int, delay time.Duration) (*http.Request, error) {
+	if delay > 0 {
+		if err := sleep(ctx, delay); err != nil {
+			return nil, fmt.Errorf("delay before retry: %w", err)
+		}
+	}
+	out := req.Clone(ctx)
+	if attempt > 1 && out.Body != nil && out.Body != http.NoBody {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("replay body: %w", err)
+		}
+		out.Body = body
+	}
+	if err := tr.wait(ctx, host); err != nil {
+		if attempt > 1 {
+			closeBody(out)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// wait books a slot for one request to host and sleeps until it. If it
+// slept, it checks that no fleet-wide pause began meanwhile; if one did,
+// it gives the slot back and books again (the store puts the new slot
+// after the pause). On error no slot is kept.
+func (tr *Transport) wait(ctx context.Context, host string) error {
+	for {
+		r, err := tr.t.ReserveN(ctx, host, 1)
+		if err != nil {
+			return err
+		}
+		d := r.Delay()
+		if d <= 0 {
+			return nil
+		}
+		if err := sleep(ctx, d); err != nil {
+			_ = r.Cancel(context.WithoutCancel(ctx)) // an orphan slot only makes the log stricter
+			return fmt.Errorf("wait for %q: %w", r.Target(), err)
+		}
+		if d <= slept {
+			return nil
+		}
+		if left, _ := tr.t.Paused(ctx, host); left <= 0 { // on a store error, the local copy answers
+			return nil
+		}
+		_ = r.Cancel(context.WithoutCancel(ctx))
+	}
+}
+
+func (tr *Transport) report(info AttemptInfo) {
+	if tr.cfg.onAttempt != nil {
+		tr.cfg.onAttempt(info)
+	}
+}
+
+// CloseIdleConnections closes the idle connections of the base
+// RoundTripper, if it has such a method. http.Client.CloseIdleConnections
+// calls it.
+func (tr *Transport) CloseIdleConnections() {
+	if c, ok := tr.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// sleep waits d or until ctx ends, returning ctx's cause.
+func sleep(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// discard drains a little of resp's body, so its connection can be
+// reused, and closes it.
+func discard(resp *http.Response) {
+	if resp.Body == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+	_ = resp.Body.Close()
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}

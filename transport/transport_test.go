@@ -1,0 +1,506 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/throttle"
+	"github.com/fleetgate/fleetgate/transport"
+)
+
+func TestRetriesWaitOnTheQuota(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, statuses(503, 503, 200))
+	thr := newThrottler(t, "2/200ms", throttle.WithMargin(0))
+	var rec attempts
+	rt := transport.New(nil, thr, fastRetries(), rec.option(), transport.WithAttemptsHeader("X-Fleetgate-Attempts"))
+
+	resp, err := roundTrip(t, rt, get(t, t.Context(), tg.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	require.Equal(t, 200, resp.StatusCode, "status")
+	require.Equal(t, "3", resp.Header.Get("X-Fleetgate-Attempts"), "attempts header")
+	require.Equal(t, []int{503, 503, 200}, rec.statuses(), "statuses seen by OnAttempt")
+
+	a := tg.seen()
+	require.Equal(t, 3, len(a), "arrivals")
+	// Two fit in the window at once; the third waits for the first to
+	// leave it, 200ms later.
+	between(t, 0, 150*time.Millisecond, a[1].at.Sub(a[0].at), "second attempt after the first")
+	between(t, 180*time.Millisecond, 600*time.Millisecond, a[2].at.Sub(a[0].at), "third attempt after the first")
+	infos := rec.all()
+	between(t, 150*time.Millisecond, 600*time.Millisecond, infos[2].Waited, "third attempt's wait")
+}
+
+func TestRetryPolicy(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name         string
+		req          func(t *testing.T, url string) *http.Request
+		opts         []transport.Option
+		wantArrivals int
+		wantBodies   []string
+	}{
+		{
+			name:         "GET is retried",
+			req:          func(t *testing.T, url string) *http.Request { return get(t, t.Context(), url) },
+			wantArrivals: 3,
+		},
+		{
+			name: "a replayable body is sent again identically",
+			req: func(t *testing.T, url string) *http.Request {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, url, strings.NewReader("payload"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return req
+			},
+			wantArrivals: 3,
+			wantBodies:   []string{"payload", "payload", "payload"},
+		},
+		{
+			name: "a body without GetBody is sent once",
+			req: func(t *testing.T, url string) *http.Request {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, url, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Body = io.NopCloser(strings.NewReader("once"))
+				return req
+			},
+			wantArrivals: 1,
+			wantBodies:   []string{"once"},
+		},
+		{
+			name: "POST is not retried",
+			req: func(t *testing.T, url string) *http.Request {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader("x"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return req
+			},
+			wantArrivals: 1,
+		},
+		{
+			name: "POST with an Idempotency-Key is retried",
+			req: func(t *testing.T, url string) *http.Request {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader("x"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Idempotency-Key", "k1")
+				return req
+			},
+			wantArrivals: 3,
+			wantBodies:   []string{"x", "x", "x"},
+		},
+		{
+			name:         "WithoutRetries sends once",
+			req:          func(t *testing.T, url string) *http.Request { return get(t, t.Context(), url) },
+			opts:         []transport.Option{transport.WithoutRetries()},
+			wantArrivals: 1,
+		},
+		{
+			name:         "WithRetries(2) sends twice",
+			req:          func(t *testing.T, url string) *http.Request { return get(t, t.Context(), url) },
+			opts:         []transport.Option{transport.WithRetries(2)},
+			wantArrivals: 2,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tg := newTarget(t, statuses(503, 503, 200))
+			thr := newThrottler(t, "100/1s")
+			opts := append([]transport.Option{fastRetries(), transport.WithAttemptsHeader("X-Attempts")}, tt.opts...)
+			rt := transport.New(nil, thr, opts...)
+
+			resp, err := roundTrip(t, rt, tt.req(t, tg.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := tg.seen()
+			require.Equal(t, tt.wantArrivals, len(a), "arrivals")
+			require.Equal(t, []int{503, 503, 200}[tt.wantArrivals-1], resp.StatusCode, "status of the last attempt")
+			require.Equal(t, []string{strconv.Itoa(tt.wantArrivals)}, resp.Header.Values("X-Attempts"), "attempts header")
+			if tt.wantBodies != nil {
+				var bodies []string
+				for _, x := range a {
+					bodies = append(bodies, x.body)
+				}
+				require.Equal(t, tt.wantBodies, bodies, "bodies received")
+			}
+		})
+	}
+}
+
+func TestDiscardedResponsesAreClosed(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		size      int   // of each 503's body
+		wantConns int64 // connections the target sees
+	}{
+		// Small bodies are drained, so one connection serves every attempt.
+		{name: "small bodies", size: 1 << 10, wantConns: 1},
+		// Past 64 KiB the body is closed unread and its connection dropped.
+		{name: "large bodies", size: 1 << 20, wantConns: 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			big := strings.Repeat("x", tt.size)
+			tg := newTarget(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n < 2 {
+					w.WriteHeader(503)
+					_, _ = io.WriteString(w, big)
+					return
+				}
+				_, _ = io.WriteString(w, "final")
+			})
+			base := &tracker{base: &http.Transport{}}
+			rt := transport.New(base, newThrottler(t, "100/1s"), fastRetries())
+
+			resp, err := roundTrip(t, rt, get(t, t.Context(), tg.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies := base.all()
+			require.Equal(t, 3, len(bodies), "responses")
+			for i, b := range bodies[:2] {
+				require.Equal(t, true, b.closed.Load(), "discarded body closed")
+				if b.read.Load() > 64<<10+4<<10 {
+					t.Fatalf("discarded body %d: read %d bytes, want at most about 64 KiB", i, b.read.Load())
+				}
+			}
+			require.Equal(t, false, bodies[2].closed.Load(), "returned body still open")
+			data, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			require.Equal(t, "final", string(data), "final body")
+			_ = resp.Body.Close()
+			require.Equal(t, tt.wantConns, tg.opened.Load(), "connections opened")
+
+			// Nothing holds a connection: once idle ones are closed, the
+			// target sees every connection closed.
+			rt.CloseIdleConnections()
+			deadline := time.Now().Add(2 * time.Second)
+			for tg.closed.Load() < tg.opened.Load() && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			require.Equal(t, tg.opened.Load(), tg.closed.Load(), "connections closed")
+		})
+	}
+}
+
+func TestRequestIsNotModified(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Check") != "v" {
+			w.WriteHeader(400)
+			return
+		}
+		w.WriteHeader([]int{429, 503, 200}[min(n, 2)])
+	})
+	rt := transport.New(nil, newThrottler(t, "100/1s"), fastRetries(),
+		transport.WithPauseBackoff(nil), transport.WithMaxRetryAfter(time.Millisecond))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, tg.URL+"/p?q=1", strings.NewReader("body"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Check", "v")
+	body, getBody := req.Body, req.GetBody
+	before := *req
+	beforeHeader, beforeURL := req.Header.Clone(), *req.URL
+
+	resp, err := roundTrip(t, rt, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	require.Equal(t, 200, resp.StatusCode, "status")
+	require.Equal(t, beforeHeader, req.Header, "header")
+	require.Equal(t, beforeURL, *req.URL, "URL")
+	require.Equal(t, before.Method, req.Method, "method")
+	require.Equal(t, before.ContentLength, req.ContentLength, "content length")
+	require.Equal(t, before.Host, req.Host, "host")
+	require.Equal(t, before.Trailer, req.Trailer, "trailer")
+	if req.Body != body || req.GetBody == nil || getBody == nil {
+		t.Fatal("request body or GetBody replaced")
+	}
+	if resp.Request == req {
+		t.Fatal("the caller's request was sent instead of a clone")
+	}
+}
+
+func TestBaseBreakingTheContract(t *testing.T) {
+	t.Parallel()
+	body := &trackedBody{ReadCloser: io.NopCloser(strings.NewReader("x"))}
+	cause := errors.New("both")
+	bad := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Body: body, Header: http.Header{}}, cause
+	})
+	rt := transport.New(bad, newThrottler(t, "100/1s"))
+	resp, err := roundTrip(t, rt, get(t, t.Context(), "http://example.com/"))
+	if resp != nil || !errors.Is(err, cause) {
+		t.Fatalf("want only the error, got %v, %v", resp, err)
+	}
+	require.Equal(t, true, body.closed.Load(), "response body closed")
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func TestNetworkErrorsAreRetriedAndNamed(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close() // connections are now refused
+	var rec attempts
+	rt := transport.New(nil, newThrottler(t, "100/1s"), fastRetries(), transport.WithRetries(3), rec.option())
+
+	_, err = roundTrip(t, rt, get(t, t.Context(), "http://"+addr+"/"))
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("want an error wrapping ECONNREFUSED, got %v", err)
+	}
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		t.Fatalf("want a *transport.Error, got %T", err)
+	}
+	require.Equal(t, addr, te.Host, "host")
+	require.Equal(t, 3, te.Attempt, "attempt")
+	if !strings.Contains(err.Error(), "attempt 3") || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("error %q does not name the attempt and host", err)
+	}
+	infos := rec.all()
+	require.Equal(t, 3, len(infos), "attempts reported")
+	for _, i := range infos {
+		if i.Err == nil || i.Status != 0 {
+			t.Fatalf("attempt %d: want an error and no status, got %+v", i.Attempt, i)
+		}
+	}
+}
+
+func TestFailureBeforeSending(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		url  string
+		ctx  func(t *testing.T) context.Context
+		want error
+	}{
+		{
+			name: "ctx cancelled during the wait",
+			ctx: func(t *testing.T) context.Context {
+				ctx, cancel := context.WithCancel(t.Context())
+				time.AfterFunc(50*time.Millisecond, cancel)
+				return ctx
+			},
+			want: context.Canceled,
+		},
+		{
+			name: "ctx cancelled before",
+			ctx: func(t *testing.T) context.Context {
+				ctx, cancel := context.WithCancel(t.Context())
+				cancel()
+				return ctx
+			},
+			want: context.Canceled,
+		},
+		{
+			name: "slot past the deadline",
+			ctx: func(t *testing.T) context.Context {
+				ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+				t.Cleanup(cancel)
+				return ctx
+			},
+			want: context.DeadlineExceeded,
+		},
+		{
+			name: "bad target",
+			url:  "http://bad_host!/",
+			ctx:  func(t *testing.T) context.Context { return t.Context() },
+			want: throttle.ErrBadTarget,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tg := newTarget(t, statuses(200))
+			thr := newThrottler(t, "1/10s")
+			var rec attempts
+			rt := transport.New(nil, thr, rec.option())
+			// The first request takes the only slot for 10s.
+			if _, err := roundTrip(t, rt, get(t, t.Context(), tg.URL)); err != nil {
+				t.Fatal(err)
+			}
+
+			url := tg.URL
+			if tt.url != "" {
+				url = tt.url
+			}
+			body := &requestBody{Reader: strings.NewReader("payload")}
+			req, err := http.NewRequestWithContext(tt.ctx(t), http.MethodPut, url, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_, err = roundTrip(t, rt, req)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("want an error wrapping %v, got %v", tt.want, err)
+			}
+			between(t, 0, time.Second, time.Since(start), "time to fail")
+			var te *transport.Error
+			if !errors.As(err, &te) || te.Attempt != 1 {
+				t.Fatalf("want a *transport.Error for attempt 1, got %#v", err)
+			}
+			require.Equal(t, true, body.closed.Load(), "request body closed")
+			require.Equal(t, 1, len(tg.seen()), "arrivals")
+			infos := rec.all()
+			if last := infos[len(infos)-1]; !errors.Is(last.Err, tt.want) {
+				t.Fatalf("OnAttempt: want the error, got %+v", last)
+			}
+		})
+	}
+}
+
+func TestCancelledWaitReleasesTheSlot(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, statuses(200))
+	thr := newThrottler(t, "1/300ms", throttle.WithMargin(0))
+	rt := transport.New(nil, thr)
+	if _, err := roundTrip(t, rt, get(t, t.Context(), tg.URL)); err != nil {
+		t.Fatal(err)
+	}
+	// This one books the slot at +300ms, then gives up.
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if _, err := roundTrip(t, rt, get(t, ctx, tg.URL)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	// The next takes the released slot instead of the one after it.
+	if _, err := roundTrip(t, rt, get(t, t.Context(), tg.URL)); err != nil {
+		t.Fatal(err)
+	}
+	a := tg.seen()
+	require.Equal(t, 2, len(a), "arrivals")
+	between(t, 250*time.Millisecond, 500*time.Millisecond, a[1].at.Sub(a[0].at), "second arrival after the first")
+}
+
+func TestDeadlineStopsRetrying(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		status     int
+		retryAfter string
+	}{
+		{name: "Retry-After past the deadline", status: 503, retryAfter: "1"},
+		// No Retry-After: the 429 pauses the target for 0.5s to 1s.
+		{name: "pause past the deadline", status: 429},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				if tt.retryAfter != "" {
+					w.Header().Set("Retry-After", tt.retryAfter)
+				}
+				w.WriteHeader(tt.status)
+			})
+			rt := transport.New(nil, newThrottler(t, "100/1s"), fastRetries())
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			resp, err := roundTrip(t, rt, get(t, ctx, tg.URL))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The next attempt could not be sent in time: the response
+			// comes back at once.
+			require.Equal(t, tt.status, resp.StatusCode, "status")
+			between(t, 0, 200*time.Millisecond, time.Since(start), "time to return")
+			require.Equal(t, 1, len(tg.seen()), "arrivals")
+		})
+	}
+}
+
+func TestReplayFailure(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, statuses(503, 200))
+	rt := transport.New(nil, newThrottler(t, "100/1s"), fastRetries())
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, tg.URL, strings.NewReader("x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := errors.New("gone")
+	req.GetBody = func() (io.ReadCloser, error) { return nil, cause }
+	_, err = roundTrip(t, rt, req)
+	var te *transport.Error
+	if !errors.Is(err, cause) || !errors.As(err, &te) || te.Attempt != 2 {
+		t.Fatalf("want attempt 2 to fail with %v, got %v", cause, err)
+	}
+	require.Equal(t, 1, len(tg.seen()), "arrivals")
+}
+
+func TestOneStoreCallUnderTheLimit(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, statuses(200))
+	store := &countingStore{MemoryStore: throttle.NewMemoryStore()}
+	t.Cleanup(func() { _ = store.Close() })
+	rt := transport.New(nil, newThrottler(t, "1000/1s", throttle.WithStore(store)))
+	const n = 20
+	for range n {
+		resp, err := roundTrip(t, rt, get(t, t.Context(), tg.URL))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+	}
+	require.Equal(t, int64(n), store.reserves.Load(), "Reserve calls")
+	require.Equal(t, int64(0), store.pauses.Load(), "Pause calls")
+	require.Equal(t, int64(0), store.cancels.Load(), "Cancel calls")
+}
+
+func TestSlotBookedBeforeAPauseWaitsItOut(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, statuses(200))
+	thr := newThrottler(t, "1/200ms", throttle.WithMargin(0))
+	var rec attempts
+	rt := transport.New(nil, thr, rec.option())
+	if _, err := roundTrip(t, rt, get(t, t.Context(), tg.URL)); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	req := get(t, t.Context(), tg.URL)
+	wg.Go(func() {
+		// Books the slot at +200ms and sleeps.
+		sendAsync(t, rt, req)
+	})
+	// Another worker hears a 429 meanwhile.
+	time.Sleep(50 * time.Millisecond)
+	if _, err := thr.Pause(t.Context(), tg.host, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	a := tg.seen()
+	require.Equal(t, 2, len(a), "arrivals")
+	between(t, 530*time.Millisecond, 900*time.Millisecond, a[1].at.Sub(a[0].at), "second arrival after the first")
+	between(t, 480*time.Millisecond, 900*time.Millisecond, rec.all()[1].Waited, "second request's wait")
+}

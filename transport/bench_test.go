@@ -89,3 +89,37 @@ func benchmarkClient(b *testing.B, wrap func(http.RoundTripper) http.RoundTrippe
 		})
 	})
 }
+
+// stubBase answers every request at once with a canned 200, so
+// BenchmarkOverhead measures only what the Transport itself costs.
+type stubBase struct{}
+
+func (stubBase) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+}
+
+// BenchmarkOverhead is the Transport's own cost per request under the limit
+// on the memory store, with no network at all: compare it with
+// BenchmarkOverhead/bare, the same request through the stub alone.
+func BenchmarkOverhead(b *testing.B) {
+	thr := benchThrottler(b)
+	req, err := http.NewRequest(http.MethodGet, "http://example.com/", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"bare", stubBase{}}, {"memory", transport.New(stubBase{}, thr)}} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := c.rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_ = resp.Body.Close()
+			}
+		})
+	}
+}

@@ -344,13 +344,12 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 	if n < 1 || n > tg.rule.Limit {
 		return Decision{}, fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
 	}
+	if ms, ok := t.store.(*MemoryStore); ok {
+		return t.allowMemory(ctx, ms, tg, n), nil
+	}
 	reqs := [1]Request{{ID: t.ids.Add(1), N: n}}
 	var grants [1]Grant
 	var st State
-	if ms, ok := t.store.(*MemoryStore); ok { // cannot fail: no timeout, no allocation
-		st, _ = ms.Reserve(ctx, tg.name, tg.lim, reqs[:], grants[:])
-		return decision(st, grants[0]), nil
-	}
 	if tg.degradedNow(t) == nil {
 		if st, err = t.storeReserve(tg, reqs[:], grants[:]); err != nil {
 			t.enterFallback(tg, err)
@@ -368,6 +367,15 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 		st, _ = t.local.Reserve(ctx, tg.name, share, reqs[:], grants[:])
 	}
 	return decision(st, grants[0]), nil
+}
+
+// allowMemory decides on the memory store, which cannot fail: no timeout,
+// no fallback, and nothing escapes to the heap.
+func (t *Throttler) allowMemory(ctx context.Context, ms *MemoryStore, tg *target, n int) Decision {
+	reqs := [1]Request{{ID: t.ids.Add(1), N: n}}
+	var grants [1]Grant
+	st, _ := ms.Reserve(ctx, tg.name, tg.lim, reqs[:], grants[:])
+	return decision(st, grants[0])
 }
 
 func decision(st State, g Grant) Decision {

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 	"golang.org/x/net/publicsuffix"
@@ -85,6 +86,9 @@ func normalizeHost(host string) (string, error) {
 		return ip.WithZone("").String(), nil
 	}
 	h = strings.TrimSuffix(h, ".")
+	if !utf8.ValidString(h) {
+		return "", fmt.Errorf("%w %q: not valid UTF-8", ErrBadTarget, trunc(host))
+	}
 	ascii, err := idna.Lookup.ToASCII(h)
 	if err != nil || !validHostname(ascii) {
 		return "", fmt.Errorf("%w %q: not a host name or IP", ErrBadTarget, trunc(host))

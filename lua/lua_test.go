@@ -1,0 +1,50 @@
+package lua
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/internal/redistest"
+)
+
+// TestKeysOnlyThroughKEYS: every command the script sends names its key
+// through one of the three KEYS variables, never a name built from ARGV, so
+// Redis Cluster can route it and the keys share the target's hash slot.
+func TestKeysOnlyThroughKEYS(t *testing.T) {
+	require.Contains(t, SlidingLog, "local log, pausekey, procs = KEYS[1], KEYS[2], KEYS[3]")
+	calls := regexp.MustCompile(`redis\.call\('([A-Z]+)'(?:,\s*([^,)]+))?`).FindAllStringSubmatch(SlidingLog, -1)
+	require.NotEmpty(t, calls)
+	keys := []string{"log", "pausekey", "procs"}
+	for _, c := range calls {
+		switch {
+		case c[1] == "TIME":
+		case c[1] == "PEXPIRE" && strings.TrimSpace(c[2]) == "key": // inside pexpire_until, checked below
+		default:
+			require.Contains(t, keys, strings.TrimSpace(c[2]), "%s must take its key from KEYS", c[0])
+		}
+	}
+	helper := regexp.MustCompile(`pexpire_until\(([^,]+),`).FindAllStringSubmatch(SlidingLog, -1)
+	require.NotEmpty(t, helper)
+	for _, c := range helper {
+		if c[1] != "key" { // the definition
+			require.Contains(t, keys, c[1], "%s must take its key from KEYS", c[0])
+		}
+	}
+	require.NotContains(t, SlidingLog, "replicate_commands", "effects replication is the default since Redis 5; the call is deprecated")
+}
+
+// TestLoads: the embedded text is a script Redis accepts, under the SHA1
+// that EVALSHA will use.
+func TestLoads(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	sha, err := client.ScriptLoad(context.Background(), SlidingLog).Result()
+	require.NoError(t, err)
+	sum := sha1.Sum([]byte(SlidingLog))
+	require.Equal(t, hex.EncodeToString(sum[:]), sha)
+}

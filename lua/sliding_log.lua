@@ -14,7 +14,8 @@
 -- ARGV[2] now: "" to read the server clock (production); tests may pass us.
 --
 -- reserve: ARGV[3] limit, [4] window us, [5] gap us, [6] process id,
---          [7] liveness us, [8] count k, then k triples:
+--          [7] liveness us (negative: only mark this process live, do
+--          not trim the heartbeat set), [8] count k, then k triples:
 --          member prefix, units n, max wait us (-1: no bound).
 --   Each request in turn gets the earliest slot s >= now such that every
 --   interval of length window holds at most limit units once its n units are
@@ -71,6 +72,10 @@ if op == 'reserve' then
 
   redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
   local pause = pause_until()
+  -- card and last follow every write below, so each is read once.
+  local card = redis.call('ZCARD', log)
+  local last = nil
+  if card > 0 then last = last_score() end
   local out = {}
   local wrote = false
   for i = 0, k - 1 do
@@ -79,14 +84,12 @@ if op == 'reserve' then
     local maxwait = tonumber(ARGV[11 + 3 * i])
     local slot = now
     if pause > slot then slot = pause end
-    local last = last_score()
     if last then
       if last > slot then slot = last end
       if gap > 0 and last + gap > slot then slot = last + gap end
     end
     local granted = 0
     if n and n >= 1 and n <= limit then
-      local card = redis.call('ZCARD', log)
       local idx = card - (limit - n) -- 1-based rank of the (limit-n+1)-th most recent
       if idx >= 1 then
         local e = redis.call('ZRANGE', log, idx - 1, idx - 1, 'WITHSCORES')
@@ -96,7 +99,7 @@ if op == 'reserve' then
       if maxwait < 0 or slot - now <= maxwait then
         granted = 1
         if n == 1 then
-          redis.call('ZADD', log, slot, prefix)
+          card = card + redis.call('ZADD', log, slot, prefix)
         else
           -- ZADD in chunks: unpack has a stack limit.
           local args = {}
@@ -104,12 +107,12 @@ if op == 'reserve' then
             args[#args + 1] = slot
             args[#args + 1] = prefix .. '.' .. j
             if #args >= 1000 or j == n then
-              redis.call('ZADD', log, unpack(args))
+              card = card + redis.call('ZADD', log, unpack(args))
               args = {}
             end
           end
         end
-        wrote = true
+        last, wrote = slot, true
       end
     else
       slot = now + window -- an impossible request: never granted
@@ -117,15 +120,18 @@ if op == 'reserve' then
     out[#out + 1] = granted
     out[#out + 1] = slot - now
   end
+  if wrote then pexpire_until(log, last + window) end
 
-  local last = last_score()
-  local card = redis.call('ZCARD', log)
-  if wrote and last then pexpire_until(log, last + window) end
-
+  -- The heartbeat: every call marks its process live and counts the live
+  -- processes. Trimming the dead and renewing the TTL is done about once a
+  -- second per process and target (a negative liveness skips it; until
+  -- then a stopped process may be counted a little longer, never less).
   redis.call('ZADD', procs, now, proc)
-  redis.call('ZREMRANGEBYSCORE', procs, '-inf', now - liveness)
+  if liveness > 0 then
+    redis.call('ZREMRANGEBYSCORE', procs, '-inf', now - liveness)
+    pexpire_until(procs, now + liveness)
+  end
   local live = redis.call('ZCARD', procs)
-  pexpire_until(procs, now + liveness)
 
   local remaining = limit - card
   if remaining < 0 or pause > 0 then remaining = 0 end

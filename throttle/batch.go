@@ -36,6 +36,7 @@ type waiter struct {
 
 	lead  []*waiter // set when this waiter must run the next batch
 	grant Grant
+	state State     // the target's log after the call
 	at    time.Time // the slot on the local clock
 	via   via
 	err   error
@@ -115,9 +116,10 @@ func (t *Throttler) decide(tg *target, batch []*waiter) {
 		reqs[i] = w.req
 	}
 	via := viaStore
+	var st State
 	if tg.degradedNow(t) == nil {
-		_, err := t.storeReserve(tg, reqs, grants)
-		if err != nil {
+		var err error
+		if st, err = t.storeReserve(tg, reqs, grants); err != nil {
 			t.enterFallback(tg, err)
 		}
 	}
@@ -142,12 +144,12 @@ func (t *Throttler) decide(tg *target, batch []*waiter) {
 				return
 			}
 			via = viaLocal
-			_, _ = t.local.Reserve(context.Background(), tg.name, share, reqs, grants)
+			st, _ = t.local.Reserve(context.Background(), tg.name, share, reqs, grants)
 		}
 	}
 	now := t.cfg.now()
 	for i, w := range batch {
-		w.grant, w.via = grants[i], via
+		w.grant, w.via, w.state = grants[i], via, st
 		// The reply came after the store's "now": counting the delay from
 		// here can only make the slot later, never earlier.
 		w.at = now.Add(grants[i].Delay)
@@ -169,7 +171,7 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	// raise this process's fallback share: the largest count wins until it
 	// has gone unconfirmed for a whole liveness period.
 	liveness := max(10*time.Second, 2*tg.lim.Window)
-	if st.Live >= tg.live || now.Sub(tg.liveAt) > liveness {
+	if st.Live > 0 && (st.Live >= tg.live || now.Sub(tg.liveAt) > liveness) {
 		tg.live = max(st.Live, 1)
 		tg.liveAt = now
 	}

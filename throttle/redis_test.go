@@ -67,10 +67,20 @@ func TestRedisStoreEntriesAreUniqueAcrossProcesses(t *testing.T) {
 	st, err := a.Reserve(ctx, "example.com", lim, []Request{{ID: 8, N: 3, MaxWait: -1}}, g)
 	require.NoError(t, err)
 	require.Equal(t, 5, st.Remaining, "same ids in two processes and the units of one request are distinct entries")
-	require.Equal(t, 2, st.Live, "both processes are live")
 	n, err := client.ZCard(ctx, a.keys("example.com")[0]).Result()
 	require.NoError(t, err)
 	require.Equal(t, int64(5), n)
+	procs, err := client.ZRange(ctx, a.keys("example.com")[2], 0, -1).Result()
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{a.Process(), b.Process()}, procs, "both processes are in the heartbeat")
+
+	c, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	for range 2 { // the first call trims the heartbeat set, the second does not: both count
+		st, err = c.Reserve(ctx, "example.com", lim, []Request{{ID: 1, N: 1, MaxWait: -1}}, g)
+		require.NoError(t, err)
+		require.Equal(t, 3, st.Live, "every call counts every live process")
+	}
 }
 
 func TestRedisStoreSurvivesScriptFlushAndRestart(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -40,7 +42,14 @@ type RedisStore struct {
 	proc     string // this process's id: entry names and heartbeat
 	liveness time.Duration
 	now      func() int64 // tests only: a fixed server time in µs
+
+	beats     sync.Map // target -> *atomic.Int64: when this process last trimmed the heartbeat (unix ns)
+	beatCount atomic.Int64
 }
+
+// trimEvery is how often, at most, a process trims the dead from a
+// target's heartbeat set and renews its TTL; every call marks it live.
+const trimEvery = time.Second
 
 // RedisOption configures a RedisStore.
 type RedisOption func(*RedisStore)
@@ -119,6 +128,9 @@ func fromUS(v int64) time.Duration { return time.Duration(v) * time.Microsecond 
 // Reserve implements Store.
 func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
 	liveness := max(s.liveness, 2*lim.Window)
+	if !s.trimDue(target, liveness) {
+		liveness = -liveness
+	}
 	args := make([]any, 0, 8+3*len(reqs))
 	args = append(args, "reserve", s.nowArg(), lim.Limit, us(lim.Window), us(lim.Gap), s.proc, us(liveness), len(reqs))
 	for _, r := range reqs {
@@ -142,6 +154,37 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 		Tail:       fromUS(vals[4]),
 		Paused:     fromUS(vals[5]),
 	}, nil
+}
+
+// trimDue reports whether this call should trim target's heartbeat set,
+// and if so records that it does.
+func (s *RedisStore) trimDue(target string, liveness time.Duration) bool {
+	now := time.Now().UnixNano()
+	v, ok := s.beats.Load(target)
+	if !ok {
+		if n := s.beatCount.Add(1); n > maxBeatTargets && n%maxBeatTargets == 0 {
+			s.forgetBeats(now - int64(liveness))
+		}
+		v, _ = s.beats.LoadOrStore(target, new(atomic.Int64))
+	}
+	last := v.(*atomic.Int64)
+	prev := last.Load()
+	return now-prev >= int64(min(trimEvery, liveness/4)) && last.CompareAndSwap(prev, now)
+}
+
+// maxBeatTargets bounds the heartbeat bookkeeping of a crawl over many
+// targets: past it, every maxBeatTargets new targets, the targets not
+// beaten within their liveness are forgotten.
+const maxBeatTargets = 10_000
+
+func (s *RedisStore) forgetBeats(before int64) {
+	s.beats.Range(func(k, v any) bool {
+		if v.(*atomic.Int64).Load() < before {
+			s.beats.Delete(k)
+			s.beatCount.Add(-1)
+		}
+		return true
+	})
 }
 
 // Cancel implements Store.

@@ -347,26 +347,20 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 	if ms, ok := t.store.(*MemoryStore); ok {
 		return t.allowMemory(ctx, ms, tg, n), nil
 	}
-	reqs := [1]Request{{ID: t.ids.Add(1), N: n}}
-	var grants [1]Grant
-	var st State
-	if tg.degradedNow(t) == nil {
-		if st, err = t.storeReserve(tg, reqs[:], grants[:]); err != nil {
-			t.enterFallback(tg, err)
-		}
+	// Concurrent decisions on one target share store calls, as waits do.
+	w := &waiter{req: Request{ID: t.ids.Add(1), N: n}, ready: make(chan struct{})}
+	if err := t.submit(ctx, tg, w); err != nil {
+		return Decision{}, err
 	}
-	if tg.isDegraded() {
-		switch t.cfg.policy {
-		case FailOpen:
-			return Decision{Allowed: true}, nil
-		}
-		share, known := t.share(tg)
-		if t.cfg.policy == FailClosed || !known {
-			return Decision{RetryAfter: t.cfg.probeInterval}, fmt.Errorf("throttle: allow %q: %w", tg.name, ErrStoreUnavailable)
-		}
-		st, _ = t.local.Reserve(ctx, tg.name, share, reqs[:], grants[:])
+	switch {
+	case errors.Is(w.err, errStoreDown):
+		return Decision{RetryAfter: t.cfg.probeInterval}, fmt.Errorf("throttle: allow %q: %w", tg.name, ErrStoreUnavailable)
+	case w.err != nil:
+		return Decision{}, w.err
+	case w.via == viaOpen:
+		return Decision{Allowed: true}, nil
 	}
-	return decision(st, grants[0]), nil
+	return decision(w.state, w.grant), nil
 }
 
 // allowMemory decides on the memory store, which cannot fail: no timeout,

@@ -1,0 +1,149 @@
+// Pipeline is an ETL job, written the way such jobs usually are, whose calls
+// to a rate-limited third-party API all wait on fleetgate's quota.
+//
+// It reads records from a CSV file, enriches each one with a call to the
+// API (an errgroup of -workers goroutines, every call through an
+// http.Client whose Transport is transport.New), and writes the enriched
+// records as CSV, in input order. The quota (-rule) keeps the calls under
+// the API's limit, with the throttle's margin added to the window for the
+// time a call takes to reach the API; a 429 that gets through anyway
+// pauses every worker, in every copy, for its Retry-After.
+//
+// Without -api it starts a fake API on loopback that allows 20 requests
+// per second and answers 429 past that, so the default -rule, 20/1s, runs
+// it at full speed without a single 429. Try -rule 40/1s to see what the
+// quota prevents: the 429s, and the pauses and retries they cost.
+//
+// With REDIS_URL set (redis://[:PASSWORD@]HOST:PORT[/DB]) the quota lives in
+// that Redis server, so several copies of the job share one API limit
+// between them. Run from the repository root:
+//
+//	go run ./examples/pipeline -out /tmp/enriched.csv
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/pipeline -out /tmp/a.csv &
+//	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/pipeline -out /tmp/b.csv
+//
+// (Each copy then starts its own fake API; both listen on 127.0.0.1, the
+// target the quota is kept for, so together they stay within 20/1s.)
+//
+// It prints a summary on stderr: records, API calls, 429s, elapsed time.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetgate/fleetgate/throttle"
+	"github.com/fleetgate/fleetgate/transport"
+)
+
+// config is what the flags and the environment set.
+type config struct {
+	in       string // the input CSV file
+	out      string // the output CSV file; "" or "-" for stdout
+	api      string // the API's base URL; "" starts the fake API
+	rule     string // the quota, N/DURATION (throttle.ParseRule)
+	workers  int    // API calls in flight at most
+	redisURL string // REDIS_URL; "" keeps the quota in this process
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
+	flag.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
+	flag.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
+	flag.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
+	flag.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "pipeline: unexpected arguments %q\n", flag.Args())
+		flag.Usage()
+		os.Exit(2)
+	}
+	cfg.redisURL = os.Getenv("REDIS_URL")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "pipeline: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+// run reads cfg.in, enriches every record through the quota, writes the
+// result and prints a summary on stderr. It returns the first error; then
+// nothing is written.
+func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
+	start := time.Now()
+	rule, err := throttle.ParseRule(cfg.rule)
+	if err != nil {
+		return fmt.Errorf("-rule: %w", err)
+	}
+	if cfg.workers < 1 {
+		return fmt.Errorf("-workers %d: want at least 1", cfg.workers)
+	}
+	in, err := readInput(cfg.in)
+	if err != nil {
+		return fmt.Errorf("-in: %w", err)
+	}
+
+	api := strings.TrimSuffix(cfg.api, "/")
+	var fake *fakeAPI
+	if api == "" {
+		if fake, err = startAPI(fakeAPILimit, fakeAPIWindow); err != nil {
+			return fmt.Errorf("start the fake API: %w", err)
+		}
+		defer fake.Close()
+		api = fake.URL
+	} else if u, err := url.Parse(api); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("-api %q: want an http:// or https:// URL", cfg.api)
+	}
+
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	q, err := openQuota(ctx, cfg.redisURL, rule, log)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+
+	// One idle connection per worker: without it most calls would open a
+	// new connection, whose handshake delays its arrival at the API.
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = cfg.workers
+	defer base.CloseIdleConnections()
+	var calls, tooMany atomic.Int64
+	client := &http.Client{Transport: transport.New(base, q.Throttler,
+		transport.WithLogger(log),
+		transport.OnAttempt(func(a transport.AttemptInfo) {
+			calls.Add(1)
+			if a.Status == http.StatusTooManyRequests {
+				tooMany.Add(1)
+			}
+		}),
+	)}
+
+	records, err := enrich(ctx, in, &enricher{client: client, api: api}, cfg.workers)
+	if err != nil {
+		return err
+	}
+	if err := writeOutput(cfg.out, stdout, in.header, records); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "pipeline: %d records, %d API calls, %d answered 429, %v (quota %v, %s)\n",
+		len(records), calls.Load(), tooMany.Load(), time.Since(start).Round(time.Millisecond), rule, q.where)
+	if fake != nil {
+		st := fake.Site.Stats()
+		fmt.Fprintf(stderr, "pipeline: the fake API allows %d per %v; it saw %d requests, at most %d in one window, %d answered 429\n",
+			fakeAPILimit, fakeAPIWindow, st.Requests, st.Peak, st.TooMany)
+	}
+	return nil
+}

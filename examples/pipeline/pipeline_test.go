@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"encoding/csv"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/internal/redistest"
+)
+
+// The fake API's limit in the fleet tests is strict and short, so that 40
+// records take several windows. The quota gives it 100ms of headroom on
+// top of the throttle's margin: on a loaded machine, under -race, a
+// request can reach the API more than DefaultMargin after its slot.
+const (
+	testLimit  = 10
+	testWindow = 500 * time.Millisecond
+	testRule   = "10/600ms"
+)
+
+// A run on the embedded store enriches every record, in order, and keeps
+// the API under its limit: not one 429.
+func TestRunKeepsTheAPIUnderItsLimit(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, testLimit, testWindow)
+	in, records := writeInput(t, 40)
+	out := filepath.Join(t.TempDir(), "out.csv")
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: testRule, workers: 8}, io.Discard, &stderr)
+	require.NoError(t, err, stderr.String())
+
+	requireEnriched(t, records, readCSV(t, out))
+	requireUnderLimit(t, api, 40)
+	require.Contains(t, stderr.String(), "pipeline: 40 records, 40 API calls, 0 answered 429, ")
+}
+
+// Two copies of the job with REDIS_URL set, each with its own throttler
+// and Redis client, share one quota: together they keep the API under its
+// limit, which each alone would exceed.
+func TestCopiesShareTheQuotaThroughRedis(t *testing.T) {
+	t.Parallel()
+	srv := redistest.StartServer(t)
+	api := startTestAPI(t, testLimit, testWindow)
+	in, records := writeInput(t, 40)
+	dir := t.TempDir()
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	stderrs := make([]lockedBuffer, 2)
+	for i := range 2 {
+		cfg := config{in: in, out: filepath.Join(dir, fmt.Sprintf("out%d.csv", i)), api: api.URL, rule: testRule, workers: 8, redisURL: srv.URL()}
+		wg.Go(func() { errs[i] = run(t.Context(), cfg, io.Discard, &stderrs[i]) })
+	}
+	wg.Wait()
+
+	for i := range 2 {
+		require.NoError(t, errs[i], stderrs[i].String())
+		requireEnriched(t, records, readCSV(t, filepath.Join(dir, fmt.Sprintf("out%d.csv", i))))
+		require.Contains(t, stderrs[i].String(), "redis 127.0.0.1:")
+	}
+	requireUnderLimit(t, api, 80)
+}
+
+// With no -api and no -out, run starts its own fake API, writes to stdout
+// and reports what the fake API saw.
+func TestRunDefaults(t *testing.T) {
+	t.Parallel()
+	in, records := writeInput(t, 5)
+	var stdout bytes.Buffer
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, rule: "20/1s", workers: 8}, &stdout, &stderr)
+	require.NoError(t, err, stderr.String())
+
+	got, err := csv.NewReader(&stdout).ReadAll()
+	require.NoError(t, err)
+	requireEnriched(t, records, got)
+	require.Contains(t, stderr.String(), "embedded store")
+	require.Contains(t, stderr.String(), "the fake API allows 20 per 1s; it saw 5 requests, at most 5 in one window, 0 answered 429")
+}
+
+func TestRunErrors(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
+	good, _ := writeInput(t, 3)
+	dir := t.TempDir()
+	noCode := filepath.Join(dir, "nocode.csv")
+	require.NoError(t, os.WriteFile(noCode, []byte("id,name,country\nR1,Acme,DE\n"), 0o600))
+	unknown := filepath.Join(dir, "unknown.csv")
+	require.NoError(t, os.WriteFile(unknown, []byte("id,name,country_code\nR1,Acme,DE\nR2,Nowhere,XX\n"), 0o600))
+	ragged := filepath.Join(dir, "ragged.csv")
+	require.NoError(t, os.WriteFile(ragged, []byte("id,name,country_code\nR1,Acme\n"), 0o600))
+	empty := filepath.Join(dir, "empty.csv")
+	require.NoError(t, os.WriteFile(empty, nil, 0o600))
+
+	ok := config{in: good, api: api.URL, rule: "100/1s", workers: 2}
+	tests := []struct {
+		name   string
+		change func(*config)
+		want   string // in the error
+	}{
+		{"bad rule", func(c *config) { c.rule = "100/m" }, "-rule: bad rule"},
+		{"no workers", func(c *config) { c.workers = 0 }, "-workers 0: want at least 1"},
+		{"missing input", func(c *config) { c.in = filepath.Join(dir, "missing.csv") }, "missing.csv: no such file"},
+		{"empty input", func(c *config) { c.in = empty }, "empty, want a header line"},
+		{"no code column", func(c *config) { c.in = noCode }, `no "country_code" column`},
+		{"ragged input", func(c *config) { c.in = ragged }, "wrong number of fields"},
+		{"bad API URL", func(c *config) { c.api = "ftp://example.com" }, `-api "ftp://example.com": want an http:// or https:// URL`},
+		{"unknown code", func(c *config) { c.in = unknown }, "line 3: GET " + api.URL + "/v1/countries/XX: 404 Not Found"},
+		{"bad REDIS_URL", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:x/0" }, `REDIS_URL: invalid port ":x" after host`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := ok
+			tc.change(&cfg)
+			var stdout bytes.Buffer
+			var stderr lockedBuffer
+			err := run(t.Context(), cfg, &stdout, &stderr)
+			require.ErrorContains(t, err, tc.want)
+			require.NotContains(t, err.Error(), "hunter2", "the Redis password")
+			require.Empty(t, stdout.String(), "output of a failed run")
+		})
+	}
+}
+
+// requireUnderLimit checks that api saw n requests, none answered 429,
+// and never more than its limit in one window.
+func requireUnderLimit(t *testing.T, api *fakeAPI, n int) {
+	t.Helper()
+	st := api.Site.Stats()
+	var arrivals strings.Builder // for the messages
+	for _, a := range st.Arrivals {
+		fmt.Fprintf(&arrivals, " %v", a.Sub(st.Arrivals[0]).Round(time.Millisecond))
+	}
+	require.Equal(t, n, st.Requests, "requests the API saw; arrivals:%s", &arrivals)
+	require.Equal(t, 0, st.TooMany, "requests answered 429; arrivals:%s", &arrivals)
+	require.LessOrEqual(t, st.Peak, testLimit, "requests in the busiest window; arrivals:%s", &arrivals)
+}
+
+// startTestAPI starts the fake API with the given limit until the test ends.
+func startTestAPI(t *testing.T, limit int, window time.Duration) *fakeAPI {
+	t.Helper()
+	api, err := startAPI(limit, window)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, api.Close()) })
+	return api
+}
+
+// writeInput writes n records, with the header, to a CSV file in a
+// temporary directory and returns its path and the records. The codes go
+// round every country the fake API knows; one name needs CSV quoting.
+func writeInput(t *testing.T, n int) (string, [][]string) {
+	t.Helper()
+	codes := slices.Sorted(maps.Keys(countries))
+	records := [][]string{{"id", "name", "country_code"}}
+	for i := range n {
+		records = append(records, []string{fmt.Sprintf("R%03d", i+1), fmt.Sprintf("Org %03d", i+1), codes[i%len(codes)]})
+	}
+	records[1][1] = `Lumen "Bright" Works, Ltd.`
+	path := filepath.Join(t.TempDir(), "in.csv")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, csv.NewWriter(f).WriteAll(records))
+	require.NoError(t, f.Close())
+	return path, records
+}
+
+// readCSV returns every line of the CSV file at path.
+func readCSV(t *testing.T, path string) [][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	got, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	return got
+}
+
+// requireEnriched checks that got is the input, header included, with the
+// country's name and region appended to every line, in input order: every
+// record exactly once.
+func requireEnriched(t *testing.T, input, got [][]string) {
+	t.Helper()
+	want := [][]string{append(slices.Clone(input[0]), "country_name", "region")}
+	for _, rec := range input[1:] {
+		c := countries[rec[2]]
+		require.NotEmpty(t, c.Name, "country %q", rec[2])
+		want = append(want, append(slices.Clone(rec), c.Name, c.Region))
+	}
+	require.Equal(t, want, got)
+}
+
+// lockedBuffer is a bytes.Buffer that loggers on several goroutines may
+// write to.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Clone(b.buf.String())
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetgate/fleetgate/throttle"
+)
+
+// pingTimeout bounds the check, at start, that REDIS_URL reaches a server.
+const pingTimeout = 2 * time.Second
+
+// quota is the fleet quota every API call waits on: in this process only,
+// or shared through Redis by every copy of the job that uses the same
+// server.
+type quota struct {
+	*throttle.Throttler
+	where  string // "embedded store" or "redis ADDR db N", never a password
+	store  *throttle.RedisStore
+	client *redis.Client
+}
+
+// openQuota returns a quota applying rule to every host: the API is the
+// job's only target. With an empty redisURL the quota lives in this
+// process; otherwise in the Redis server the URL names, which must answer
+// a PING. An outage after that start is left to the throttle's failure
+// policy (FailLocal: each copy falls back to its share of the rule).
+func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, log *slog.Logger) (*quota, error) {
+	rules := &throttle.Rules{}
+	if err := rules.Set(throttle.DefaultPattern, rule); err != nil {
+		return nil, err
+	}
+	if redisURL == "" {
+		t, err := throttle.New(rules, throttle.WithLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		return &quota{Throttler: t, where: "embedded store"}, nil
+	}
+	opts, err := redis.ParseURL(redisURL)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) { // it quotes the URL, password and all
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	}
+	q := &quota{where: fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB), client: redis.NewClient(opts)}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := q.client.Ping(pctx).Err(); err != nil {
+		q.client.Close()
+		return nil, fmt.Errorf("REDIS_URL: %s: %w", q.where, err)
+	}
+	if q.store, err = throttle.NewRedisStore(q.client); err != nil {
+		q.client.Close()
+		return nil, err
+	}
+	if q.Throttler, err = throttle.New(rules, throttle.WithStore(q.store), throttle.WithLogger(log)); err != nil {
+		q.client.Close()
+		return nil, err
+	}
+	return q, nil
+}
+
+// Close releases the throttler, then the Redis store and client if any.
+func (q *quota) Close() error {
+	err := q.Throttler.Close()
+	if q.client != nil {
+		err = errors.Join(err, q.store.Close(), q.client.Close())
+	}
+	return err
+}

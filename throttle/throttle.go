@@ -246,8 +246,10 @@ func (t *Throttler) cancel(ctx context.Context, r *Reservation) error {
 	return nil
 }
 
-// ReserveN books the earliest slot for n units to host without waiting for
-// it; see WaitN for the errors. The caller must either act at Time() or
+// ReserveN books the earliest slot for n units to host and returns without
+// sleeping until it, unless the slot lies beyond the booking horizon
+// (WithMaxAhead): then it sleeps until the slot comes within reach and books
+// it. See WaitN for the errors. The caller must either act at Time() or
 // Cancel.
 func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservation, error) {
 	if t.closed.Load() {

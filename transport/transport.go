@@ -21,6 +21,11 @@ const (
 	// slept is the wait past which a pause may have begun while this
 	// request slept, so it is checked before sending.
 	slept = time.Millisecond
+
+	// pauseCheckLead is how long before its slot a sleeping request checks
+	// for a fleet-wide pause. A pause that begins within it is missed: the
+	// request counts as already in flight.
+	pauseCheckLead = 10 * time.Millisecond
 )
 
 // Transport is an http.RoundTripper that sends every request only when the
@@ -81,7 +86,7 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // response of the last attempt, or an *Error when that attempt has none.
 //
 // Each attempt waits on the quota with req's context; if its slot was in
-// the future it checks, once the slot comes, that no fleet-wide pause
+// the future it checks, just before the slot, that no fleet-wide pause
 // began meanwhile, and if one did it sits the pause out and waits again.
 // Under the limit an attempt costs one store call.
 //
@@ -205,10 +210,12 @@ func (tr *Transport) prepare(ctx context.Context, req *http.Request, host string
 	return out, nil
 }
 
-// wait books a slot for one request to host and sleeps until it. If it
-// slept, it checks that no fleet-wide pause began meanwhile; if one did,
-// it gives the slot back and books again (the store puts the new slot
-// after the pause). On error no slot is kept.
+// wait books a slot for one request to host and sleeps until it. If the
+// slot was in the future, it checks, pauseCheckLead before the slot, that
+// no fleet-wide pause began meanwhile, so the check's round trip hides in
+// the sleep instead of delaying the request; if one did, it gives the slot
+// back and books again (the store puts the new slot after the pause). On
+// error no slot is kept.
 func (tr *Transport) wait(ctx context.Context, host string) error {
 	for {
 		r, err := tr.t.ReserveN(ctx, host, 1)
@@ -216,21 +223,30 @@ func (tr *Transport) wait(ctx context.Context, host string) error {
 			return err
 		}
 		d := r.Delay()
-		if d <= 0 {
-			return nil
-		}
-		if err := sleep(ctx, d); err != nil {
-			_ = r.Cancel(context.WithoutCancel(ctx)) // an orphan slot only makes the log stricter
-			return fmt.Errorf("wait for %q: %w", r.Target(), err)
-		}
 		if d <= slept {
-			return nil
+			return sleepFor(ctx, r, d)
+		}
+		if err := sleepFor(ctx, r, d-pauseCheckLead); err != nil {
+			return err
 		}
 		if left, _ := tr.t.Paused(ctx, host); left <= 0 { // on a store error, the local copy answers
-			return nil
+			return sleepFor(ctx, r, r.Delay())
 		}
 		_ = r.Cancel(context.WithoutCancel(ctx))
 	}
+}
+
+// sleepFor sleeps d (nothing when d <= 0) for reservation r, releasing r if
+// ctx ends first.
+func sleepFor(ctx context.Context, r *throttle.Reservation, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	if err := sleep(ctx, d); err != nil {
+		_ = r.Cancel(context.WithoutCancel(ctx)) // an orphan slot only makes the log stricter
+		return fmt.Errorf("wait for %q: %w", r.Target(), err)
+	}
+	return nil
 }
 
 func (tr *Transport) report(info AttemptInfo) {

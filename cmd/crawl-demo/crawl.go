@@ -1,0 +1,256 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetgate/fleetgate/throttle"
+)
+
+// maxLine bounds a line of the URL file, its line break included. A longer
+// line gets an error line and the crawl goes on.
+const maxLine = 1 << 20
+
+// shownPrefix is how much of an over-long line its error line quotes.
+const shownPrefix = 200
+
+// runCrawl is the crawler (-urls): it fetches every URL of the file through
+// the fleet-wide throttle and writes one line per URL. It returns the exit
+// status.
+func runCrawl(ctx context.Context, cfg *config, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) int {
+	in, out, closeFiles, err := openFiles(cfg, stdin, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+		return 2
+	}
+	rules, err := cfg.throttleRules()
+	if err != nil {
+		closeFiles()
+		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+		return 2
+	}
+	var rdb redis.UniversalClient
+	if cfg.redis != nil {
+		rdb = cfg.redis.client()
+		defer rdb.Close()
+		checkRedis(ctx, cfg.redis, rdb, throttle.FailurePolicy(cfg.policy), log)
+	}
+	thr, err := newThrottler(cfg, rules, rdb, log)
+	if err != nil {
+		closeFiles()
+		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+		return 2
+	}
+	defer thr.Close()
+	client := newFleetClient(cfg, thr, log, nil)
+	defer client.close()
+
+	start := time.Now()
+	lw := newLineWriter(out)
+	sum, err := crawl(ctx, in, cfg.workers, func(ctx context.Context, u string) result { return fetch(ctx, client, u) }, lw.write)
+	err = errors.Join(err, closeFiles())
+	log.Info("crawl finished", "urls", sum.urls, "ok", sum.ok, "failed", sum.failed, "interrupted", sum.interrupted,
+		"elapsed", time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+		return 1
+	}
+	if sum.urls != sum.ok || ctx.Err() != nil {
+		return 1
+	}
+	return 0
+}
+
+// openFiles opens the URL file (stdin for "-") and creates the output file
+// (stdout for "" and "-"). closeFiles closes what it opened and reports
+// whether the output was written completely.
+func openFiles(cfg *config, stdin io.Reader, stdout io.Writer) (in io.Reader, out io.Writer, closeFiles func() error, err error) {
+	in, out = stdin, stdout
+	var inFile, outFile *os.File
+	if cfg.urls != "-" {
+		if inFile, err = os.Open(cfg.urls); err != nil {
+			return nil, nil, nil, fmt.Errorf("-urls: %w", err)
+		}
+		fi, err := inFile.Stat()
+		if err == nil && fi.IsDir() {
+			err = errors.New("is a directory, want a file of URLs")
+		}
+		if err != nil {
+			inFile.Close()
+			return nil, nil, nil, fmt.Errorf("-urls %s: %w", cfg.urls, err)
+		}
+		in = inFile
+	}
+	closeIn := func() {
+		if inFile != nil {
+			inFile.Close()
+		}
+	}
+	if cfg.out != "" && cfg.out != "-" {
+		if inFile != nil {
+			if a, err1 := inFile.Stat(); err1 == nil {
+				if b, err2 := os.Stat(cfg.out); err2 == nil && os.SameFile(a, b) {
+					closeIn()
+					return nil, nil, nil, fmt.Errorf("-out %s: is the -urls file, which it would overwrite", cfg.out)
+				}
+			}
+		}
+		if outFile, err = os.Create(cfg.out); err != nil {
+			closeIn()
+			return nil, nil, nil, fmt.Errorf("-out: %w", err)
+		}
+		out = outFile
+	}
+	return in, out, func() error {
+		closeIn()
+		if outFile != nil {
+			if err := outFile.Close(); err != nil {
+				return fmt.Errorf("-out: %w", err)
+			}
+		}
+		return nil
+	}, nil
+}
+
+// summary counts the lines a crawl wrote.
+type summary struct {
+	urls        int // lines written: every URL read
+	ok          int // successes
+	failed      int // errors other than interruptions
+	interrupted int // URLs read but not fetched
+}
+
+// crawl reads URLs from in and has workers goroutines get them, writing each
+// URL's line with write, in completion order. Blank lines and lines starting
+// with '#' are skipped; any other line gets exactly one line: its result, an
+// error for a line that is not an absolute http(s) URL or is longer than
+// maxLine, or the interrupted error when ctx ends before it is fetched. Once
+// ctx ends it reads no further; a read already in progress is not
+// interrupted, so a stalled stdin holds the crawl until it delivers or ends
+// (a second signal ends the process, see main).
+//
+// It returns when every goroutine it started has returned. The error is the
+// first of reading in and writing; a write error also stops the crawl.
+func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Context, string) result, write func(result) error) (summary, error) {
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	jobs := make(chan string, workers)
+	results := make(chan result, workers)
+	var wg sync.WaitGroup
+	var readErr error
+	wg.Go(func() {
+		defer close(jobs)
+		readErr = readLines(in, maxLine, func(line string, tooLong bool) {
+			line = strings.TrimSpace(line)
+			switch {
+			case tooLong:
+				results <- result{URL: shorten(line), Error: fmt.Sprintf("line longer than %d bytes: not read", maxLine)}
+			case line == "" || strings.HasPrefix(line, "#"):
+			default:
+				if err := checkURL(line); err != nil {
+					results <- result{URL: line, Error: err.Error()}
+					return
+				}
+				select {
+				case jobs <- line:
+				case <-ctx.Done():
+					results <- result{URL: line, Error: interrupted}
+				}
+			}
+		}, func() bool { return ctx.Err() == nil })
+	})
+	for range workers {
+		wg.Go(func() {
+			for u := range jobs {
+				if ctx.Err() != nil {
+					results <- result{URL: u, Error: interrupted}
+					continue
+				}
+				results <- get(ctx, u)
+			}
+		})
+	}
+	go func() { // ends once the reader and the workers have
+		wg.Wait()
+		close(results)
+	}()
+
+	var sum summary
+	var writeErr error
+	for r := range results {
+		sum.urls++
+		switch {
+		case r.ok():
+			sum.ok++
+		case r.Error == interrupted:
+			sum.interrupted++
+		default:
+			sum.failed++
+		}
+		if writeErr != nil {
+			continue
+		}
+		if writeErr = write(r); writeErr != nil {
+			stop(writeErr)
+		}
+	}
+	if readErr != nil {
+		readErr = fmt.Errorf("read URLs: %w", readErr)
+	}
+	return sum, errors.Join(readErr, writeErr)
+}
+
+// readLines calls line for every line of r, without its line break, while
+// more reports true (it is asked before each line is read). A line longer
+// than max bytes is passed truncated, with tooLong set, and its rest is
+// skipped. It returns r's first error other than io.EOF.
+func readLines(r io.Reader, max int, line func(s string, tooLong bool), more func() bool) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
+	tooLong := false
+	for {
+		if len(buf) == 0 && !tooLong && !more() {
+			return nil
+		}
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case tooLong:
+		case len(buf)+len(chunk) > max:
+			tooLong = true
+			buf = append(buf, chunk[:min(len(chunk), max-len(buf))]...)
+		default:
+			buf = append(buf, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err == nil || len(buf) > 0 {
+			line(strings.TrimRight(string(buf), "\r\n"), tooLong)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		buf, tooLong = buf[:0], false
+	}
+}
+
+// shorten returns the start of an over-long line, for its error line.
+func shorten(s string) string {
+	if len(s) <= shownPrefix {
+		return s
+	}
+	return strings.ToValidUTF8(s[:shownPrefix], "") + "…"
+}

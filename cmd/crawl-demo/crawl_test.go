@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/internal/redistest"
+)
+
+func TestCrawlWritesJSONLines(t *testing.T) {
+	srv, hits := countingServer(t)
+	urls := []string{srv.URL + "/a", srv.URL + "/b?x=1&y=<2>", srv.URL + "/c"}
+	file := writeFile(t, urls...)
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	tests := []struct {
+		name  string
+		stdin string
+		args  []string
+		read  func(o outcome) string
+	}{
+		{"file to stdout", "", []string{"-urls", file}, func(o outcome) string { return o.stdout }},
+		{"stdin to stdout", strings.Join(urls, "\n"), []string{"-urls", "-"}, func(o outcome) string { return o.stdout }},
+		{"file to -out", "", []string{"-urls", file, "-out", out}, func(o outcome) string {
+			require.Empty(t, o.stdout)
+			b, err := os.ReadFile(out)
+			require.NoError(t, err)
+			return string(b)
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hits.Store(0)
+			got := runCmd(context.Background(), t, tt.stdin, append(tt.args, "-rule", "127.0.0.1=100/1s")...)
+			require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+			res := decodeLines(t, tt.read(got))
+			slices.SortFunc(res, func(a, b result) int { return strings.Compare(a.URL, b.URL) })
+			want := make([]result, len(urls))
+			for i, u := range urls {
+				want[i] = result{URL: u, Status: 200, Attempts: 1}
+			}
+			require.Equal(t, want, res)
+			require.EqualValues(t, len(urls), hits.Load())
+			require.Contains(t, tt.read(got), `"url":"`+urls[1]+`"`, "URLs are not HTML-escaped")
+		})
+	}
+}
+
+func TestCrawlMixedFile(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/missing" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	file := writeFile(t,
+		srv.URL+"/one",
+		"",
+		"# a comment",
+		"   ",
+		"   # an indented comment",
+		"not a url",
+		"ftp://x/y",
+		"http://",
+		"  "+srv.URL+"/two  ",
+		srv.URL+"/missing",
+		"/relative/path",
+	)
+	got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=100/1s", "-retries", "0")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	res := decodeLines(t, got.stdout)
+	byURL := map[string]result{}
+	for _, r := range res {
+		_, dup := byURL[r.URL]
+		require.False(t, dup, "two lines for %q", r.URL)
+		byURL[r.URL] = r
+	}
+	want := map[string]result{
+		srv.URL + "/one":     {URL: srv.URL + "/one", Status: 200, Attempts: 1},
+		srv.URL + "/two":     {URL: srv.URL + "/two", Status: 200, Attempts: 1},
+		srv.URL + "/missing": {URL: srv.URL + "/missing", Status: 404, Attempts: 1, Error: "HTTP 404 Not Found"},
+		"not a url":          {URL: "not a url", Error: "not an absolute URL: want http:// or https://"},
+		"ftp://x/y":          {URL: "ftp://x/y", Error: `scheme "ftp": want http or https`},
+		"http://":            {URL: "http://", Error: "no host"},
+		"/relative/path":     {URL: "/relative/path", Error: "not an absolute URL: want http:// or https://"},
+	}
+	require.Equal(t, want, byURL)
+}
+
+func TestCrawlOverlongLine(t *testing.T) {
+	srv, hits := countingServer(t)
+	long := srv.URL + "/" + strings.Repeat("x", maxLine)
+	file := writeFile(t, srv.URL+"/before", long, srv.URL+"/after")
+	got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=100/1s")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	res := decodeLines(t, got.stdout)
+	require.Len(t, res, 3)
+	var bad []result
+	for _, r := range res {
+		if r.Error != "" {
+			bad = append(bad, r)
+		}
+	}
+	require.Len(t, bad, 1)
+	require.Equal(t, fmt.Sprintf("line longer than %d bytes: not read", maxLine), bad[0].Error)
+	require.True(t, strings.HasPrefix(long, strings.TrimSuffix(bad[0].URL, "…")))
+	require.Zero(t, bad[0].Status)
+	require.EqualValues(t, 2, hits.Load())
+}
+
+func TestCrawlRetries(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1)%3 != 0 { // two failures, then a success
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	file := writeFile(t, srv.URL+"/flaky")
+	tests := []struct {
+		name    string
+		retries string
+		code    int
+		want    result
+	}{
+		{"retried until it works", "3", 0, result{URL: srv.URL + "/flaky", Status: 200, Attempts: 3}},
+		{"no retries", "0", 1, result{URL: srv.URL + "/flaky", Status: 503, Attempts: 1, Error: "HTTP 503 Service Unavailable"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n.Store(0)
+			got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=100/1s", "-retries", tt.retries)
+			require.Equal(t, tt.code, got.code, "stderr: %s", got.stderr)
+			require.Equal(t, []result{tt.want}, decodeLines(t, got.stdout))
+		})
+	}
+}
+
+func TestCrawlFailuresWithoutResponse(t *testing.T) {
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer slow.Close()
+	closed := httptest.NewServer(http.NotFoundHandler())
+	closedURL := closed.URL + "/gone"
+	closed.Close()
+
+	file := writeFile(t, slow.URL+"/slow", closedURL)
+	start := time.Now()
+	got := runCmd(context.Background(), t, "", "-urls", file, "-default", "100/1s", "-retries", "0", "-timeout", "200ms")
+	require.Less(t, time.Since(start), 3*time.Second, "-timeout bounds each attempt")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	res := decodeLines(t, got.stdout)
+	require.Len(t, res, 2)
+	for _, r := range res {
+		require.Zero(t, r.Status, r.URL)
+		require.Equal(t, 1, r.Attempts, r.URL)
+		require.NotEmpty(t, r.Error, r.URL)
+		require.NotContains(t, r.Error, "Get ", "the URL is not repeated in the error")
+	}
+}
+
+func TestCrawlInterrupted(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select { // slow pages: some are in flight when the run is interrupted
+		case <-r.Context().Done():
+		case <-time.After(300 * time.Millisecond):
+			_, _ = io.WriteString(w, "ok")
+		}
+	}))
+	defer srv.Close()
+	const total = 500
+	urls := make([]string, total)
+	for i := range urls {
+		urls[i] = fmt.Sprintf("%s/page/%d", srv.URL, i)
+	}
+	file := writeFile(t, urls...)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(1200*time.Millisecond, cancel)
+	start := time.Now()
+	got := runCmd(ctx, t, "", "-urls", file, "-rule", "127.0.0.1=5/1s", "-workers", "4")
+	require.Less(t, time.Since(start), 3*time.Second, "an interrupted crawl ends promptly")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+
+	res := decodeLines(t, got.stdout)
+	// The URLs read are a prefix of the file; each has exactly one line.
+	seen := map[string]int{}
+	for _, r := range res {
+		seen[r.URL]++
+	}
+	require.Len(t, seen, len(res), "one line per URL")
+	require.Less(t, len(res), total, "reading stopped")
+	for i := range len(res) {
+		require.Equal(t, 1, seen[urls[i]], "URL %d of the %d read has no line", i, len(res))
+	}
+	var ok, stopped int
+	for _, r := range res {
+		switch {
+		case r.Status == 200 && r.Error == "":
+			ok++
+		case r.Error == interrupted:
+			require.Zero(t, r.Status)
+			stopped++
+		default:
+			t.Fatalf("unexpected line %+v", r)
+		}
+	}
+	require.Positive(t, ok, "some pages were fetched before the interruption")
+	require.Positive(t, stopped, "some pages were read but not fetched")
+}
+
+func TestReadLines(t *testing.T) {
+	type line struct {
+		s       string
+		tooLong bool
+	}
+	tests := []struct {
+		name string
+		in   string
+		max  int
+		want []line
+	}{
+		{"empty", "", 10, nil},
+		{"no final newline", "a\nb", 10, []line{{"a", false}, {"b", false}}},
+		{"crlf", "a\r\nb\r\n", 10, []line{{"a", false}, {"b", false}}},
+		{"blank lines kept", "a\n\nb\n", 10, []line{{"a", false}, {"", false}, {"b", false}}},
+		{"too long in the middle", "ok\n0123456789abc\nok2\n", 8, []line{{"ok", false}, {"01234567", true}, {"ok2", false}}},
+		{"too long at the end", "0123456789abc", 8, []line{{"01234567", true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []line
+			err := readLines(strings.NewReader(tt.in), tt.max, func(s string, tooLong bool) {
+				got = append(got, line{s, tooLong})
+			}, func() bool { return true })
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+		})
+	}
+}
+
+func TestReadLinesLongerThanTheBuffer(t *testing.T) {
+	long := strings.Repeat("y", 200<<10) // longer than the 64 KiB reader buffer, shorter than max
+	var got []string
+	err := readLines(strings.NewReader("a\n"+long+"\nb\n"), maxLine, func(s string, tooLong bool) {
+		require.False(t, tooLong)
+		got = append(got, s)
+	}, func() bool { return true })
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", long, "b"}, got)
+}
+
+func TestReadLinesStopsWhenAsked(t *testing.T) {
+	var got []string
+	err := readLines(strings.NewReader("a\nb\nc\n"), 10, func(s string, _ bool) { got = append(got, s) },
+		func() bool { return len(got) < 2 })
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, got)
+}
+
+func TestCrawlWhenTheStoreFails(t *testing.T) {
+	srv, _ := countingServer(t)
+	t.Run("store down from the start, policy open", func(t *testing.T) {
+		file, _ := urlFile(t, srv.URL, "open", 5)
+		// Nothing listens on port 1: every store call fails.
+		got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=100/1s",
+			"-redis", "redis://127.0.0.1:1/0", "-on-store-error", "open")
+		require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+		require.Len(t, decodeLines(t, got.stdout), 5)
+		require.Contains(t, got.stderr, "redis does not answer")
+		require.Contains(t, got.stderr, "store failed; deciding by the failure policy")
+		require.Contains(t, got.stderr, "policy=open")
+		require.NotContains(t, got.stderr, "go-redis:", "go-redis's own lines only with -v")
+	})
+	t.Run("store dies mid-run, policy local", func(t *testing.T) {
+		rdb := redistest.StartServer(t)
+		file, _ := urlFile(t, srv.URL, "local", 30)
+		done := make(chan outcome, 1)
+		go func() {
+			var stdout, stderr strings.Builder
+			code := run(context.Background(), []string{"-urls", file, "-rule", "127.0.0.1=10/1s", "-redis", rdb.URL()},
+				strings.NewReader(""), &stdout, &stderr)
+			done <- outcome{code: code, stdout: stdout.String(), stderr: stderr.String()}
+		}()
+		time.Sleep(700 * time.Millisecond) // a few windows' worth decided by the store
+		rdb.Kill(t)
+		got := <-done
+		require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+		require.Len(t, decodeLines(t, got.stdout), 30)
+		require.Contains(t, got.stderr, "store failed; deciding by the failure policy")
+		require.Contains(t, got.stderr, "policy=local")
+	})
+}

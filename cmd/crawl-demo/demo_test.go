@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/internal/fakesite"
+	"github.com/fleetgate/fleetgate/internal/redistest"
+)
+
+// svgSummary parses an SVG file with encoding/xml and counts its elements
+// by name.
+func svgSummary(t *testing.T, path string) map[string]int {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	dec := xml.NewDecoder(f)
+	counts := map[string]int{}
+	root := ""
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "the chart is well-formed XML")
+		if se, ok := tok.(xml.StartElement); ok {
+			if root == "" {
+				root = se.Name.Space + " " + se.Name.Local
+			}
+			counts[se.Name.Local]++
+		}
+	}
+	require.Equal(t, "http://www.w3.org/2000/svg svg", root)
+	return counts
+}
+
+func TestDemo(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	start := time.Now()
+	got := runCmd(context.Background(), t, "", "-pages", "60", "-chart", chart)
+	require.Equal(t, 0, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Contains(t, got.stdout, "result: no ban")
+	require.Contains(t, got.stdout, "chart: "+chart)
+	require.Regexp(t, `127\.0\.0\.1:\d+\s+60\s+60\s+0\s+0\s+0\s+(1\d|20) of 20 per 1s`, got.stdout, "table row")
+	require.Contains(t, got.stderr, "progress: ", "stderr is not a terminal: plain progress lines")
+	counts := svgSummary(t, chart)
+	require.Positive(t, counts["rect"], "bars")
+	require.Equal(t, 1, counts["polyline"], "the sliding-window line")
+}
+
+func TestDemoTooGenerousRuleGetsBanned(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	got := runCmd(context.Background(), t, "", "-pages", "60", "-chart", chart, "-rule", "127.0.0.1=30/1s", "-retries", "0")
+	require.Equal(t, 1, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
+	require.Contains(t, got.stdout, "result: BANNED")
+	svgSummary(t, chart)
+}
+
+func TestDemoOnRedis(t *testing.T) {
+	srv := redistest.StartServer(t)
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	got := runCmd(context.Background(), t, "", "-pages", "30", "-chart", chart, "-redis", srv.URL())
+	require.Equal(t, 0, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
+	require.Contains(t, got.stdout, "Redis at "+srv.URL())
+	require.Contains(t, got.stdout, "result: no ban")
+}
+
+func TestDemoInterrupted(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(500*time.Millisecond, cancel)
+	start := time.Now()
+	got := runCmd(ctx, t, "", "-chart", chart)
+	require.Less(t, time.Since(start), 3*time.Second)
+	require.Equal(t, 1, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
+	require.Contains(t, got.stdout, "result: interrupted; no ban so far")
+	svgSummary(t, chart)
+}
+
+func TestRollingMatchesPeak(t *testing.T) {
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	var arrivals []time.Time
+	for i := range 200 { // an uneven pattern with bursts
+		arrivals = append(arrivals, base.Add(time.Duration(i*i%997)*7*time.Millisecond))
+	}
+	sorted := append([]time.Time(nil), arrivals...)
+	slices.SortFunc(sorted, time.Time.Compare)
+	for _, w := range []time.Duration{100 * time.Millisecond, time.Second, 3 * time.Second} {
+		roll := rolling(sorted, base, 8*time.Second, w, rollingStep)
+		peak := 0
+		for _, v := range roll {
+			peak = max(peak, v)
+		}
+		require.Equal(t, fakesite.Peak(arrivals, w), peak, "window %v", w)
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetgate/fleetgate/throttle"
+	"github.com/fleetgate/fleetgate/transport"
+)
+
+// maxBody bounds how much of a response body is read; the rest is dropped.
+const maxBody = 32 << 20
+
+// userAgent names the crawler to the sites it visits.
+const userAgent = "fleetgate-crawl-demo/1 (+https://github.com/fleetgate/fleetgate)"
+
+// interrupted is the error of every URL that was read but not fetched
+// because the run was interrupted; a rerun can select them by it.
+const interrupted = "interrupted: not fetched"
+
+// sendsKey is the context key of a request's *atomic.Int32 send counter.
+type sendsKey struct{}
+
+// attemptTransport is the base RoundTripper under the throttled transport,
+// so it sees each attempt once it is allowed to go. It bounds the attempt by
+// timeout (sending it and reading its body, not the wait for the quota),
+// counts it in the request's send counter, if any, and reports it to
+// observe, if set.
+type attemptTransport struct {
+	base    http.RoundTripper
+	timeout time.Duration
+	observe func(sent time.Time, status int) // status 0: no response
+}
+
+// RoundTrip sends one attempt.
+func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if n, ok := req.Context().Value(sendsKey{}).(*atomic.Int32); ok {
+		n.Add(1)
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
+	sent := time.Now()
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if t.observe != nil {
+		status := 0
+		if err == nil {
+			status = resp.StatusCode
+		}
+		t.observe(sent, status)
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+	return resp, nil
+}
+
+// cancelOnClose ends an attempt's context when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+// Close closes the body and releases the attempt's timer.
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// fleetClient is an http.Client that waits on a Throttler before every
+// attempt, and the connection pool under it.
+type fleetClient struct {
+	*http.Client
+	base *http.Transport
+}
+
+// newFleetClient returns a client whose requests go through the throttled
+// transport with the command line's retries and per-attempt timeout. observe,
+// if not nil, sees every attempt sent.
+func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, observe func(time.Time, int)) *fleetClient {
+	base := http.DefaultTransport.(*http.Transport).Clone()
+	base.MaxIdleConnsPerHost = cfg.workers
+	rt := transport.New(&attemptTransport{base: base, timeout: cfg.timeout, observe: observe}, thr,
+		transport.WithRetries(cfg.retries+1),
+		transport.WithLogger(log),
+		transport.OnAttempt(func(a transport.AttemptInfo) {
+			if a.Err == nil && a.Status < 400 && a.Pause == 0 {
+				return
+			}
+			log.Debug("attempt", "url", a.Request.URL.Redacted(), "attempt", a.Attempt, "status", a.Status,
+				"waited", a.Waited.Round(time.Millisecond), "pause", a.Pause, "error", a.Err)
+		}))
+	return &fleetClient{Client: &http.Client{Transport: rt}, base: base}
+}
+
+// close drops the client's idle connections.
+func (c *fleetClient) close() { c.base.CloseIdleConnections() }
+
+// fetch gets rawURL, which checkURL accepted, reads its body and returns
+// its line. ctx ending (the run was interrupted) gives the interrupted
+// error unless a whole response came first.
+func fetch(ctx context.Context, c *fleetClient, rawURL string) result {
+	res := result{URL: rawURL}
+	var sends atomic.Int32
+	req, err := http.NewRequestWithContext(context.WithValue(ctx, sendsKey{}, &sends), http.MethodGet, rawURL, nil)
+	if err != nil {
+		res.Error = err.Error()
+		return res
+	}
+	req.Header.Set("User-Agent", userAgent)
+	resp, err := c.Do(req)
+	res.Attempts = int(sends.Load())
+	if err != nil {
+		res.Error = describe(ctx, err)
+		return res
+	}
+	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+	resp.Body.Close()
+	res.Status, res.Attempts = resp.StatusCode, int(sends.Load())
+	switch {
+	case err != nil && ctx.Err() != nil:
+		res.Status, res.Error = 0, interrupted
+	case err != nil:
+		res.Error = "read body: " + err.Error()
+	case resp.StatusCode >= 400:
+		res.Error = "HTTP " + resp.Status
+	}
+	return res
+}
+
+// describe turns a failed request's error into its line's error: without
+// the *url.Error prefix, which repeats the URL, and interrupted when ctx
+// ended.
+func describe(ctx context.Context, err error) string {
+	if ctx.Err() != nil {
+		return interrupted
+	}
+	if ue, ok := errors.AsType[*url.Error](err); ok {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// checkURL reports why s is not an absolute http or https URL with a host.
+func checkURL(s string) error {
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		if u.Scheme == "" {
+			return errors.New("not an absolute URL: want http:// or https://")
+		}
+		return fmt.Errorf("scheme %q: want http or https", u.Scheme)
+	case u.Hostname() == "":
+		return errors.New("no host")
+	}
+	return nil
+}

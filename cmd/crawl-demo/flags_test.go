@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestBadCommandLines(t *testing.T) {
+	srv, hits := countingServer(t)
+	urls := writeFile(t, srv.URL+"/a", srv.URL+"/b")
+	crawl := func(args ...string) []string {
+		return append([]string{"-urls", urls, "-default", "100/1s"}, args...)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want []string // all in stderr
+	}{
+		{"zero workers", crawl("-workers", "0"), []string{"-workers 0"}},
+		{"negative workers", crawl("-workers", "-3"), []string{"-workers -3"}},
+		{"rule without pattern", crawl("-rule", "foo"), []string{`"foo"`, "PATTERN=N/DURATION"}},
+		{"rule with zero limit", crawl("-rule", "x=0/1s"), []string{`"x"`, `"0/1s"`, "limit must be at least 1"}},
+		{"rule with bad pattern", crawl("-rule", "a*b=1/1s"), []string{`"a*b"`}},
+		{"default with zero window", crawl("-default", "5/0s"), []string{`"5/0s"`, "window must be positive"}},
+		{"bad key mode", crawl("-key", "bogus"), []string{`"bogus"`, "host, domain or ip"}},
+		{"bad store policy", crawl("-on-store-error", "maybe"), []string{`"maybe"`, "local, open or closed"}},
+		{"missing URL file", []string{"-urls", "/nonexistent"}, []string{"/nonexistent", "no such file"}},
+		{"directory as URL file", []string{"-urls", t.TempDir()}, []string{"is a directory"}},
+		{"redis with another scheme", crawl("-redis", "ftp://x"), []string{"ftp://x", `scheme "ftp"`}},
+		{"redis without host", crawl("-redis", "redis://"), []string{"redis://", "no host"}},
+		{"redis with bad db", crawl("-redis", "redis://localhost/notadb"), []string{"redis://localhost/notadb", "notadb"}},
+		{"redis with unknown option", crawl("-redis", "redis://localhost?bogus=1"), []string{"bogus"}},
+		{"unknown flag", crawl("-frobnicate"), []string{"-frobnicate"}},
+		{"negative retries", crawl("-retries", "-1"), []string{"-retries -1"}},
+		{"zero timeout", crawl("-timeout", "0s"), []string{"-timeout 0s"}},
+		{"negative margin", crawl("-margin", "-1s"), []string{"-margin -1s"}},
+		{"bad duration", crawl("-timeout", "soon"), []string{`"soon"`}},
+		{"stray argument", crawl("http://example.com/"), []string{`"http://example.com/"`}},
+		{"demo flag with -urls", crawl("-pages", "5"), []string{"-pages"}},
+		{"-out in the demo", []string{"-out", "x.jsonl"}, []string{"-out"}},
+		{"zero pages", []string{"-pages", "0"}, []string{"-pages 0"}},
+		{"bad target", []string{"-target", "localhost:8080"}, []string{`"localhost:8080"`}},
+		{"serve with target", []string{"-serve", "127.0.0.1:0", "-target", "http://127.0.0.1:1/"}, []string{"-target"}},
+		{"output over input", crawl("-out", urls), []string{urls, "overwrite"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runCmd(context.Background(), t, "", tt.args...)
+			require.Equal(t, 2, got.code, "stderr: %s", got.stderr)
+			for _, w := range tt.want {
+				require.Contains(t, got.stderr, w)
+			}
+			require.Empty(t, got.stdout)
+		})
+	}
+	require.Zero(t, hits.Load(), "nothing may be fetched before the command line is valid")
+}
+
+func TestRedisURLNeverShowsThePassword(t *testing.T) {
+	tests := []struct {
+		name, url string
+	}{
+		{"bad scheme", "ftp://alice:s3cret@host:6379"},
+		{"bad db", "redis://alice:s3cret@host:6379/notadb"},
+		{"bad port", "redis://alice:s3cret@host:notaport"},
+		{"unknown option", "redis://alice:s3cret@host?frob=1"},
+		{"cluster with unknown option", "redis://alice:s3cret@host:7000?addr=host:7001&frob=1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runCmd(context.Background(), t, "", "-urls", "-", "-redis", tt.url)
+			require.Equal(t, 2, got.code)
+			require.NotContains(t, got.stderr, "s3cret")
+			require.NotContains(t, got.stderr, "alice")
+			require.Contains(t, got.stderr, "***@host")
+		})
+	}
+}
+
+func TestParseRedisURL(t *testing.T) {
+	tests := []struct {
+		name      string
+		url       string
+		shown     string
+		cluster   bool
+		addrs     []string
+		db        int
+		user      string
+		pass      string
+		tls       bool
+		retries   int
+		dialRetry int
+	}{
+		{name: "plain", url: "redis://localhost:6379", shown: "redis://localhost:6379", addrs: []string{"localhost:6379"}, retries: -1, dialRetry: 1},
+		{name: "user, password and db", url: "redis://alice:s3cret@db.internal:6380/2", shown: "redis://***@db.internal:6380/2",
+			addrs: []string{"db.internal:6380"}, db: 2, user: "alice", pass: "s3cret", retries: -1, dialRetry: 1},
+		{name: "tls", url: "rediss://:pw@cache:6379", shown: "rediss://***@cache:6379", addrs: []string{"cache:6379"}, pass: "pw", tls: true, retries: -1, dialRetry: 1},
+		{name: "the URL's own retries win", url: "redis://localhost?max_retries=2", shown: "redis://localhost?max_retries=2", addrs: []string{"localhost:6379"}, retries: 2, dialRetry: 1},
+		{name: "cluster", url: "redis://u:p@n1:7000?addr=n2:7001&addr=n3:7002", shown: "redis://***@n1:7000?addr=n2:7001&addr=n3:7002",
+			cluster: true, addrs: []string{"n1:7000", "n2:7001", "n3:7002"}, user: "u", pass: "p", retries: -1, dialRetry: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rc, err := parseRedisURL(tt.url)
+			require.NoError(t, err)
+			require.Equal(t, tt.shown, rc.shown)
+			if tt.cluster {
+				require.Nil(t, rc.single)
+				o := rc.cluster
+				require.Equal(t, tt.addrs, o.Addrs)
+				require.Equal(t, tt.user, o.Username)
+				require.Equal(t, tt.pass, o.Password)
+				require.Equal(t, tt.retries, o.MaxRetries)
+				require.Equal(t, tt.dialRetry, o.DialerRetries)
+				require.True(t, o.ContextTimeoutEnabled)
+				return
+			}
+			require.Nil(t, rc.cluster)
+			o := rc.single
+			require.Equal(t, tt.addrs, []string{o.Addr})
+			require.Equal(t, tt.db, o.DB)
+			require.Equal(t, tt.user, o.Username)
+			require.Equal(t, tt.pass, o.Password)
+			require.Equal(t, tt.tls, o.TLSConfig != nil)
+			require.Equal(t, tt.retries, o.MaxRetries)
+			require.Equal(t, tt.dialRetry, o.DialerRetries)
+			require.Equal(t, redisDialTimeout, o.DialTimeout)
+			require.True(t, o.ContextTimeoutEnabled)
+		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"redis://localhost:6379/0", "redis://localhost:6379/0"},
+		{"redis://alice:pw@localhost:6379/0", "redis://***@localhost:6379/0"},
+		{"redis://:p@ss@host", "redis://***@host"},
+		{"alice:pw@host:6379", "***@host:6379"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			require.Equal(t, tt.want, redact(tt.in))
+		})
+	}
+}
+
+func TestRulesFromFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-urls", "-", "-default", "7/1m", "-rule", "a.example=2/1s", "-rule", "*.example=3/1s,gap=200ms", "-rule", "a.example=4/1s"}, nil)
+	require.NoError(t, err)
+	rs, err := cfg.throttleRules()
+	require.NoError(t, err)
+	for host, want := range map[string]string{"a.example": "4/1s", "b.example": "3/1s,gap=200ms", "other.org": "7/1m0s"} {
+		r, _, ok := rs.Lookup(host)
+		require.True(t, ok, host)
+		require.Equal(t, want, r.String(), host)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	got := runCmd(context.Background(), t, "", "-h")
+	require.Equal(t, 0, got.code)
+	for _, flag := range []string{"-urls", "-out", "-redis", "-rule", "-default", "-workers", "-retries", "-margin", "-key", "-on-store-error", "-timeout", "-v", "-chart", "-pages", "-target", "-serve"} {
+		require.Regexp(t, "\n  "+flag+"[ \t]", got.stderr, "help for %s", flag)
+	}
+	require.True(t, strings.HasPrefix(got.stderr, "Usage:"))
+}

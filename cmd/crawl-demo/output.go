@@ -1,0 +1,93 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+)
+
+// result is one line of the crawler's output. The field order is the
+// output's key order, which scripts rely on.
+type result struct {
+	URL      string `json:"url"`
+	Status   int    `json:"status"`   // 0 when no response came
+	Attempts int    `json:"attempts"` // requests sent, retries and redirects included
+	Error    string `json:"error"`    // "" on success
+}
+
+// ok reports whether r is a success: a response below 400 and no error.
+func (r result) ok() bool { return r.Error == "" && r.Status > 0 && r.Status < 400 }
+
+// lineWriter writes results as JSON Lines, one Write per line, so a line is
+// never split even if the process is killed.
+type lineWriter struct {
+	enc *json.Encoder
+}
+
+func newLineWriter(w io.Writer) *lineWriter {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false) // keep & < > in URLs readable
+	return &lineWriter{enc: enc}
+}
+
+// write writes r as one line.
+func (lw *lineWriter) write(r result) error {
+	if err := lw.enc.Encode(r); err != nil {
+		return fmt.Errorf("write result for %q: %w", r.URL, err)
+	}
+	return nil
+}
+
+// siteReport is one target's row in the demo's table.
+type siteReport struct {
+	Target   string
+	Requests int           // requests the site received (or this process sent)
+	OK       int           // 2xx
+	TooMany  int           // 429
+	Banned   int           // 403 answers
+	Bans     int           // clients banned; -1 when unknown
+	Peak     int           // most requests in any closed interval of Window
+	Limit    int           // the site's limit per Window
+	Window   time.Duration // the site's window
+	Span     time.Duration // from the first request to the last
+	Elapsed  time.Duration // the run's time
+}
+
+// rate returns the achieved rate in requests per second over the run.
+func (r siteReport) rate() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Requests) / r.Elapsed.Seconds()
+}
+
+// maxAllowed returns how many requests the limit allows within Span: a
+// sliding window of Limit per Window admits Limit×(⌊Span/Window⌋+1), which
+// is why a short run can average more than Limit/Window.
+func (r siteReport) maxAllowed() int {
+	return r.Limit * (int(r.Span/r.Window) + 1)
+}
+
+// writeTable prints reports as an aligned table.
+func writeTable(w io.Writer, reports []siteReport) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "target\trequests\t2xx\t429\t403\tbans\tpeak in any window\trate (limit)\tof the most allowed\ttime")
+	for _, r := range reports {
+		bans := "?"
+		if r.Bans >= 0 {
+			bans = fmt.Sprint(r.Bans)
+		}
+		limitRate := float64(r.Limit) / r.Window.Seconds()
+		used := 100 * float64(r.Requests) / float64(r.maxAllowed())
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d of %d per %v\t%.1f/s (%.1f/s)\t%.0f%% of %d in %v\t%v\n",
+			r.Target, r.Requests, r.OK, r.TooMany, r.Banned, bans,
+			r.Peak, r.Limit, r.Window, r.rate(), limitRate,
+			used, r.maxAllowed(), r.Span.Round(10*time.Millisecond), r.Elapsed.Round(10*time.Millisecond))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/fleetgate/fleetgate/throttle"
+)
+
+// Client settings for a fleet's store, applied unless the URL sets them.
+// Every store call has its own short timeout (throttle.DefaultStoreTimeout),
+// after which the failure policy decides; go-redis must honour it rather
+// than retry behind it.
+const (
+	redisDialTimeout = time.Second
+	redisMaxRetries  = -1 // go-redis: -1 turns retries off; 0 would mean 3
+	redisDialRetries = 1
+)
+
+// redisConfig is a parsed -redis URL: a single node or a Cluster.
+type redisConfig struct {
+	shown   string // the URL without its user and password, for messages
+	single  *redis.Options
+	cluster *redis.ClusterOptions
+}
+
+// parseRedisURL reads a redis:// or rediss:// URL with redis.ParseURL, or
+// with redis.ParseClusterURL when it has addr query parameters. Its errors
+// never contain the user or the password.
+func parseRedisURL(raw string) (*redisConfig, error) {
+	shown := redact(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("-redis %s: not a URL", shown)
+	}
+	if u.Scheme != "redis" && u.Scheme != "rediss" {
+		return nil, fmt.Errorf("-redis %s: scheme %q: want redis:// or rediss://", shown, u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("-redis %s: no host", shown)
+	}
+	q := u.Query()
+	rc := &redisConfig{shown: shown}
+	if q.Has("addr") {
+		rc.cluster, err = redis.ParseClusterURL(raw)
+		if err == nil {
+			o := rc.cluster
+			o.ContextTimeoutEnabled = true
+			o.MaintNotificationsConfig = noMaintNotifications()
+			o.DialTimeout = orDefault(q, "dial_timeout", o.DialTimeout, redisDialTimeout)
+			o.MaxRetries = orDefault(q, "max_retries", o.MaxRetries, redisMaxRetries)
+			o.DialerRetries = orDefault(q, "dialer_retries", o.DialerRetries, redisDialRetries)
+		}
+	} else {
+		rc.single, err = redis.ParseURL(raw)
+		if err == nil {
+			o := rc.single
+			o.ContextTimeoutEnabled = true
+			o.MaintNotificationsConfig = noMaintNotifications()
+			o.DialTimeout = orDefault(q, "dial_timeout", o.DialTimeout, redisDialTimeout)
+			o.MaxRetries = orDefault(q, "max_retries", o.MaxRetries, redisMaxRetries)
+			o.DialerRetries = orDefault(q, "dialer_retries", o.DialerRetries, redisDialRetries)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("-redis %s: %s", shown, scrub(err.Error(), raw, u))
+	}
+	return rc, nil
+}
+
+// noMaintNotifications turns off go-redis's maintenance notifications
+// (a Redis Enterprise feature): each throttler's health probe builds a
+// fresh client from these options, which would try to register their push
+// handlers again and log a failure every time.
+func noMaintNotifications() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// orDefault returns v when the URL's query sets key, def otherwise.
+func orDefault[T any](q url.Values, key string, v, def T) T {
+	if q.Has(key) {
+		return v
+	}
+	return def
+}
+
+// client returns a new client: each call is a separate connection pool, as
+// in a separate process.
+func (rc *redisConfig) client() redis.UniversalClient {
+	if rc.cluster != nil {
+		return redis.NewClusterClient(rc.cluster)
+	}
+	return redis.NewClient(rc.single)
+}
+
+// redact returns raw with everything between "://" and the last '@' (the
+// user and password) replaced by "***". It works on strings that do not
+// parse as URLs too.
+func redact(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		scheme, rest = "", raw
+	}
+	at := strings.LastIndexByte(rest, '@')
+	if at < 0 {
+		return raw
+	}
+	if ok {
+		return scheme + "://***" + rest[at:]
+	}
+	return "***" + rest[at:]
+}
+
+// scrub removes raw, its user and its password from msg.
+func scrub(msg, raw string, u *url.URL) string {
+	msg = strings.ReplaceAll(msg, raw, redact(raw))
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "***")
+		}
+		if n := u.User.Username(); n != "" {
+			msg = strings.ReplaceAll(msg, n, "***")
+		}
+	}
+	return msg
+}
+
+// newThrottler returns a Throttler for rules with the command line's
+// options, on rdb when it is not nil (a RedisStore) or on its own
+// MemoryStore.
+func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient, log *slog.Logger) (*throttle.Throttler, error) {
+	opts := []throttle.Option{
+		throttle.WithMargin(cfg.margin),
+		throttle.WithKeyMode(throttle.KeyMode(cfg.keyMode)),
+		throttle.WithFailurePolicy(throttle.FailurePolicy(cfg.policy)),
+		throttle.WithLogger(log),
+	}
+	if rdb != nil {
+		store, err := throttle.NewRedisStore(rdb)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, throttle.WithStore(store))
+	}
+	return throttle.New(rules, opts...)
+}
+
+// checkRedis pings the store once, so that a wrong address shows up at the
+// start rather than as a stream of fallback messages. A failure is only
+// logged: the failure policy decides what the fleet does without the store.
+func checkRedis(ctx context.Context, rc *redisConfig, rdb redis.UniversalClient, policy throttle.FailurePolicy, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, 2*redisDialTimeout)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		log.Warn("redis does not answer; the store failure policy applies",
+			"redis", rc.shown, "on-store-error", policy.String(), "error", err)
+		return
+	}
+	log.Debug("redis answers", "redis", rc.shown)
+}
+
+// redisLogger passes go-redis's own log lines (failed dials, mostly, which
+// the throttle's fallback already reports) to log at Debug, so they show
+// with -v and do not flood stderr otherwise.
+type redisLogger struct{ log *slog.Logger }
+
+// Printf implements go-redis's internal logging interface.
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}

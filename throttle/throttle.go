@@ -170,19 +170,11 @@ func (t *Throttler) WaitN(ctx context.Context, host string, n int) error {
 	if err != nil {
 		return err
 	}
-	d := r.Delay()
-	if d <= 0 {
-		return nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
+	if err := sleepCtx(ctx, r.Delay()); err != nil {
 		r.release()
 		return waitError(ctx, r.tg.name)
 	}
+	return nil
 }
 
 // Reservation is a booked slot: the caller may send its units at Time().
@@ -457,7 +449,11 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 // maxCachedHosts bounds the host cache of a long crawl over many hosts.
 const maxCachedHosts = 100_000
 
+// sleepCtx sleeps d, or returns ctx's cause as soon as ctx ends.
 func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {

@@ -54,19 +54,19 @@ func (c chart) write(path string) error {
 func (c chart) svg() []byte {
 	arr := slices.Clone(c.Arrivals)
 	slices.SortFunc(arr, time.Time.Compare)
-	span := c.Window
+	length := c.Window // of the x axis, in whole seconds
 	if len(arr) > 0 {
-		span = max(span, arr[len(arr)-1].Sub(c.Start))
+		length = max(length, arr[len(arr)-1].Sub(c.Start))
 	}
-	span = (span + time.Second - 1).Truncate(time.Second)
+	length = (length + time.Second - 1).Truncate(time.Second)
 	perTick := fakesite.PerTick(arr, c.Start, chartTick)
-	roll := rolling(arr, c.Start, span, c.Window, rollingStep)
+	roll := rolling(arr, c.Start, length, c.Window, rollingStep)
 	pace := float64(c.Limit) * float64(chartTick) / float64(c.Window)
 	peak := slices.Max(append([]int{0}, roll...))
 
 	var b bytes.Buffer
 	x := func(d time.Duration) float64 {
-		return plotLeft + float64(plotRight-plotLeft)*d.Seconds()/span.Seconds()
+		return plotLeft + float64(plotRight-plotLeft)*d.Seconds()/length.Seconds()
 	}
 	fmt.Fprintf(&b, `<?xml version="1.0" encoding="UTF-8"?>
 <svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">
@@ -78,7 +78,7 @@ func (c chart) svg() []byte {
 	topMax := niceCeil(max(float64(slices.Max(append([]int{0}, perTick...))), pace) * 1.15)
 	yTop := func(v float64) float64 { return topY1 - (topY1-topY0)*v/topMax }
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">Requests per %v</text>`+"\n", plotLeft, topY0-12, chartTick)
-	axes(&b, x, span, topY0, topY1, topMax, yTop)
+	axes(&b, x, length, topY0, topY1, topMax, yTop)
 	barW := x(chartTick) - x(0)
 	for k, n := range perTick {
 		if n == 0 {
@@ -93,11 +93,11 @@ func (c chart) svg() []byte {
 	lowMax := niceCeil(float64(max(peak, c.Limit)) * 1.15)
 	yLow := func(v float64) float64 { return lowY1 - (lowY1-lowY0)*v/lowMax }
 	fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">Requests in the last %v (sliding window), peak %d</text>`+"\n", plotLeft, lowY0-12, c.Window, peak)
-	axes(&b, x, span, lowY0, lowY1, lowMax, yLow)
+	axes(&b, x, length, lowY0, lowY1, lowMax, yLow)
 	var pts strings.Builder
 	for k, n := range roll {
 		t0, t1 := time.Duration(k)*rollingStep, time.Duration(k+1)*rollingStep
-		fmt.Fprintf(&pts, "%.1f,%.1f %.1f,%.1f ", x(t0), yLow(float64(n)), x(min(t1, span)), yLow(float64(n)))
+		fmt.Fprintf(&pts, "%.1f,%.1f %.1f,%.1f ", x(t0), yLow(float64(n)), x(min(t1, length)), yLow(float64(n)))
 	}
 	fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="#4a7ebb" stroke-width="1.5"/>`+"\n", strings.TrimSpace(pts.String()))
 	limitLine(&b, yLow(float64(c.Limit)), fmt.Sprintf("the limit: %d per %v", c.Limit, c.Window))
@@ -107,15 +107,15 @@ func (c chart) svg() []byte {
 }
 
 // axes draws a panel's frame, its y grid and its x ticks in seconds.
-func axes(b *bytes.Buffer, x func(time.Duration) float64, span time.Duration, y0, y1 int, yMax float64, y func(float64) float64) {
+func axes(b *bytes.Buffer, x func(time.Duration) float64, length time.Duration, y0, y1 int, yMax float64, y func(float64) float64) {
 	fmt.Fprintf(b, `<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>`+"\n", plotLeft, y0, plotRight-plotLeft, y1-y0)
 	step := niceStep(yMax / 4)
 	for v := 0.0; v <= yMax+1e-9; v += step {
 		fmt.Fprintf(b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#eee"/>`+"\n", plotLeft+1, y(v), plotRight-1, y(v))
 		fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", plotLeft-6, y(v)+4, trimFloat(v))
 	}
-	every := time.Second * time.Duration(niceStep(span.Seconds()/15))
-	for t := time.Duration(0); t <= span; t += every {
+	every := time.Second * time.Duration(niceStep(length.Seconds()/15))
+	for t := time.Duration(0); t <= length; t += every {
 		fmt.Fprintf(b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#999"/>`+"\n", x(t), y1, x(t), y1+4)
 		fmt.Fprintf(b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x(t), y1+16, trimFloat(t.Seconds()))
 	}
@@ -127,18 +127,17 @@ func limitLine(b *bytes.Buffer, y float64, label string) {
 	fmt.Fprintf(b, `<text x="%d" y="%.1f" text-anchor="end" fill="#d62728">%s</text>`+"\n", plotRight-4, y-5, esc(label))
 }
 
-// rolling returns, for each step of [start, start+span], the largest number
-// of sorted arrivals in a closed interval of length window that ends within
-// the step or at its end. Its maximum is fakesite.Peak of the arrivals
-// after start.
-func rolling(sorted []time.Time, start time.Time, span, window, step time.Duration) []int {
-	n := int((span + step - 1) / step)
-	out := make([]int, n)
-	i, j := 0, 0
+// rolling returns, for each step of [start, start+length], the largest
+// number of sorted arrivals in a closed interval of length window that ends
+// within the step or at its end. Its maximum is fakesite.Peak of the
+// arrivals from start on.
+func rolling(sorted []time.Time, start time.Time, length, window, step time.Duration) []int {
+	out := make([]int, (length+step-1)/step)
+	j := 0 // the next arrival to count
 	for j < len(sorted) && sorted[j].Before(start) {
 		j++
 	}
-	i = j
+	i := j // the earliest arrival in the window
 	for k := range out {
 		end := start.Add(time.Duration(k+1) * step)
 		best := 0

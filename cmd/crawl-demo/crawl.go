@@ -33,9 +33,19 @@ func runCrawl(ctx context.Context, cfg *config, stdin io.Reader, stdout, stderr 
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 2
 	}
+	code := crawlFiles(ctx, cfg, in, out, stderr, log)
+	if err := closeFiles(); err != nil {
+		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+		return max(code, 1)
+	}
+	return code
+}
+
+// crawlFiles sets up the throttle and the client, and crawls from in to out.
+// It returns the exit status.
+func crawlFiles(ctx context.Context, cfg *config, in io.Reader, out io.Writer, stderr io.Writer, log *slog.Logger) int {
 	rules, err := cfg.throttleRules()
 	if err != nil {
-		closeFiles()
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 2
 	}
@@ -47,7 +57,6 @@ func runCrawl(ctx context.Context, cfg *config, stdin io.Reader, stdout, stderr 
 	}
 	thr, err := newThrottler(cfg, rules, rdb, log)
 	if err != nil {
-		closeFiles()
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 2
 	}
@@ -56,9 +65,7 @@ func runCrawl(ctx context.Context, cfg *config, stdin io.Reader, stdout, stderr 
 	defer client.close()
 
 	start := time.Now()
-	lw := newLineWriter(out)
-	sum, err := crawl(ctx, in, cfg.workers, func(ctx context.Context, u string) result { return fetch(ctx, client, u) }, lw.write)
-	err = errors.Join(err, closeFiles())
+	sum, err := crawl(ctx, in, cfg.workers, func(ctx context.Context, u string) result { return fetch(ctx, client, u) }, newLineWriter(out).write)
 	log.Info("crawl finished", "urls", sum.urls, "ok", sum.ok, "failed", sum.failed, "interrupted", sum.interrupted,
 		"elapsed", time.Since(start).Round(time.Millisecond))
 	if err != nil {
@@ -72,8 +79,8 @@ func runCrawl(ctx context.Context, cfg *config, stdin io.Reader, stdout, stderr 
 }
 
 // openFiles opens the URL file (stdin for "-") and creates the output file
-// (stdout for "" and "-"). closeFiles closes what it opened and reports
-// whether the output was written completely.
+// (stdout for "" and "-"). closeFiles closes what it opened; its error says
+// that the output may be incomplete.
 func openFiles(cfg *config, stdin io.Reader, stdout io.Writer) (in io.Reader, out io.Writer, closeFiles func() error, err error) {
 	in, out = stdin, stdout
 	var inFile, outFile *os.File

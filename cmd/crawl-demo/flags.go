@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,12 +170,13 @@ func (c *config) validate(fs *flag.FlagSet) error {
 		}
 	}
 	if c.serve != "" {
-		for _, name := range []string{"target", "redis", "rule", "default", "workers", "retries", "pages"} {
-			if set[name] {
-				return usagef("-%s has no effect with -serve, which only runs the site", name)
+		for _, name := range slices.Sorted(maps.Keys(set)) {
+			if name != "serve" && name != "chart" && name != "v" {
+				return usagef("-%s has no effect with -serve, which only runs the site (with -chart and -v)", name)
 			}
 		}
 	}
+
 	if c.redisURL != "" || set["redis"] {
 		rc, err := parseRedisURL(c.redisURL)
 		if err != nil {

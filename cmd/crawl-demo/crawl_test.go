@@ -16,6 +16,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetgate/fleetgate/internal/fakesite"
 	"github.com/fleetgate/fleetgate/internal/redistest"
 )
 
@@ -309,4 +310,17 @@ func TestCrawlWhenTheStoreFails(t *testing.T) {
 		require.Contains(t, got.stderr, "store failed; deciding by the failure policy")
 		require.Contains(t, got.stderr, "policy=local")
 	})
+}
+
+func TestCrawlOnACluster(t *testing.T) {
+	cluster := redistest.StartCluster(t)
+	site := fakesite.New(fakesite.Config{})
+	srv := httptest.NewServer(site)
+	defer srv.Close()
+	file, urls := urlFile(t, srv.URL, "c", 12)
+	got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=5/500ms", "-margin", "50ms", "-redis", cluster.URL())
+	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+	require.Len(t, decodeLines(t, got.stdout), len(urls))
+	require.NotContains(t, got.stderr, "store failed", "the cluster answered every call")
+	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, 500*time.Millisecond), 5)
 }

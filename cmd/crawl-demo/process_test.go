@@ -157,3 +157,43 @@ func TestServeAndTarget(t *testing.T) {
 	_, err = os.Stat(filepath.Join(dir, "site.svg"))
 	require.NoError(t, err)
 }
+
+// TestSignalStopsTheCrawl sends SIGINT to a crawling process: it stops
+// reading, writes a line for every URL it read and exits 1.
+func TestSignalStopsTheCrawl(t *testing.T) {
+	bin := buildBinary(t)
+	srv, _ := countingServer(t)
+	file, urls := urlFile(t, srv.URL, "s", 300)
+	p := startCrawl(t, bin, "-urls", file, "-rule", "127.0.0.1=5/1s", "-workers", "4")
+	time.Sleep(1500 * time.Millisecond) // a few pages fetched, many waiting
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGINT))
+	start := time.Now()
+	err := p.cmd.Wait()
+	require.Less(t, time.Since(start), 2*time.Second, "it stops promptly")
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr: %s", p.stderr.String())
+	require.Equal(t, 1, exit.ExitCode())
+
+	res := decodeLines(t, p.stdout.String())
+	require.Less(t, len(res), len(urls))
+	lines := map[string]result{}
+	for _, r := range res {
+		lines[r.URL] = r
+	}
+	require.Len(t, lines, len(res), "one line per URL")
+	var ok, stopped int
+	for _, u := range urls[:len(res)] {
+		r, found := lines[u]
+		require.True(t, found, "URL %s was read but has no line", u)
+		switch r.Error {
+		case "":
+			ok++
+		case interrupted:
+			stopped++
+		default:
+			t.Fatalf("unexpected line %+v", r)
+		}
+	}
+	require.Positive(t, ok)
+	require.Positive(t, stopped)
+}

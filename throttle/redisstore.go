@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/fleetgate/fleetgate/lua"
 )
@@ -258,19 +259,24 @@ func (s *RedisStore) run(ctx context.Context, target string, want int, args []an
 func (s *RedisStore) Probe(ctx context.Context) error {
 	switch c := s.client.(type) {
 	case *redis.Client:
-		o := *c.Options()
-		o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
-		fresh := redis.NewClient(&o)
-		defer fresh.Close()
-		return fresh.Ping(ctx).Err()
+		return probeFresh(ctx, c.Options())
 	case *redis.ClusterClient:
 		return c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			o := *m.Options()
-			o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
-			fresh := redis.NewClient(&o)
-			defer fresh.Close()
-			return fresh.Ping(ctx).Err()
+			return probeFresh(ctx, m.Options())
 		})
 	}
 	return s.client.Ping(ctx).Err()
+}
+
+// probeFresh pings through a new one-connection client with opts, without
+// retries, and closes it.
+func probeFresh(ctx context.Context, opts *redis.Options) error {
+	o := *opts
+	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
+	// A throwaway client must not register maintenance-notification
+	// handlers (go-redis logs a failure each time it cannot).
+	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	fresh := redis.NewClient(&o)
+	defer fresh.Close()
+	return fresh.Ping(ctx).Err()
 }

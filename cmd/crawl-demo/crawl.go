@@ -53,7 +53,10 @@ func crawlFiles(ctx context.Context, cfg *config, in io.Reader, out io.Writer, s
 	if cfg.redis != nil {
 		rdb = cfg.redis.client()
 		defer rdb.Close()
-		checkRedis(ctx, cfg.redis, rdb, throttle.FailurePolicy(cfg.policy), log)
+		if err := checkRedis(ctx, cfg.redis, rdb, throttle.FailurePolicy(cfg.policy), log); err != nil {
+			fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+			return 2
+		}
 	}
 	thr, err := newThrottler(cfg, rules, rdb, log)
 	if err != nil {

@@ -292,6 +292,15 @@ func TestCrawlWhenTheStoreFails(t *testing.T) {
 		require.Contains(t, got.stderr, "policy=open")
 		require.NotContains(t, got.stderr, "go-redis:", "go-redis's own lines only with -v")
 	})
+	t.Run("store down from the start, policy local", func(t *testing.T) {
+		file, _ := urlFile(t, srv.URL, "local-down", 5)
+		got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=100/1s",
+			"-redis", "redis://:s3cret@127.0.0.1:1/0")
+		require.Equal(t, 2, got.code, "stderr: %s", got.stderr)
+		require.Contains(t, got.stderr, "-redis redis://***@127.0.0.1:1/0 does not answer")
+		require.NotContains(t, got.stderr, "s3cret")
+		require.Empty(t, got.stdout, "nothing is fetched")
+	})
 	t.Run("store dies mid-run, policy local", func(t *testing.T) {
 		rdb := redistest.StartServer(t)
 		file, _ := urlFile(t, srv.URL, "local", 30)

@@ -225,7 +225,11 @@ func newFleet(ctx context.Context, cfg *config, rules *throttle.Rules, log *slog
 		if cfg.redis != nil {
 			g.rdb = cfg.redis.client()
 			if i == 0 {
-				checkRedis(ctx, cfg.redis, g.rdb, throttle.FailurePolicy(cfg.policy), log)
+				if err := checkRedis(ctx, cfg.redis, g.rdb, throttle.FailurePolicy(cfg.policy), log); err != nil {
+					g.rdb.Close()
+					f.close()
+					return nil, err
+				}
 			}
 			thr, err := newThrottler(cfg, rules, g.rdb, log.With("group", i+1))
 			if err != nil {

@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetgate/fleetgate/throttle"
+)
+
+// decisionScenario is one shape of load for BenchmarkRedisDecisions.
+type decisionScenario struct {
+	name    string
+	targets int  // round-robin over this many targets
+	refused bool // every window is full: each decision refuses
+}
+
+var decisionScenarios = []decisionScenario{
+	{"hot/allowed", 1, false},
+	{"hot/refused", 1, true},
+	{"many/allowed", 1000, false},
+	{"many/refused", 1000, true},
+}
+
+// Limits of the scenarios. Allowed: so high that everything is admitted and
+// both libraries write on every call. Refused: a small limit per hour, filled
+// before the run, so every call is a refusal.
+const (
+	allowedRule  = "1000000000/1s"
+	refusedLimit = 10
+	refusedRule  = "10/1h"
+)
+
+// BenchmarkRedisDecisions compares non-blocking decisions on one local
+// Redis: fleetgate's Throttler.Allow on a RedisStore against
+// redis_rate.Limiter.Allow with the same limit, at exactly 1, 8 and 64
+// goroutines, each pair run back to back.
+func BenchmarkRedisDecisions(b *testing.B) {
+	srv := startRedis(b)
+	stats := serverStats{srv.client(b)}
+	ctx := context.Background()
+	for _, sc := range decisionScenarios {
+		hs := hosts(sc.targets)
+		if sc.targets == 1 {
+			hs = []string{"hot.bench.test"}
+		}
+		fg, warn := redisThrottler(b, srv.client(b), keyPrefix(), sc.rule())
+		rl, rlim := redis_rate.NewLimiter(srv.client(b)), sc.rateLimit()
+		rlPrefix := keyPrefix()
+		if sc.refused { // fill every window
+			if err := parallelFill(8, len(hs)*refusedLimit, func(i int) error {
+				_, err := fg.Allow(ctx, hs[i%len(hs)])
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			if err := parallelFill(8, len(hs)*refusedLimit, func(i int) error {
+				_, err := rl.Allow(ctx, rlPrefix+hs[i%len(hs)], rlim)
+				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		want := !sc.refused
+		for _, g := range []int{1, 8, 64} {
+			b.Run(fmt.Sprintf("%s/g=%d/fleetgate", sc.name, g), func(b *testing.B) {
+				stats.reset(b)
+				defer stats.report(b)
+				runGoroutines(b, g, func(i int) error {
+					d, err := fg.Allow(ctx, hs[i%len(hs)])
+					if err != nil {
+						return err
+					}
+					if d.Allowed != want {
+						return fmt.Errorf("fleetgate: Allowed=%v, want %v", d.Allowed, want)
+					}
+					return nil
+				})
+				warn.check(b)
+			})
+			b.Run(fmt.Sprintf("%s/g=%d/redis_rate", sc.name, g), func(b *testing.B) {
+				stats.reset(b)
+				defer stats.report(b)
+				runGoroutines(b, g, func(i int) error {
+					r, err := rl.Allow(ctx, rlPrefix+hs[i%len(hs)], rlim)
+					if err != nil {
+						return err
+					}
+					if (r.Allowed > 0) != want {
+						return fmt.Errorf("redis_rate: Allowed=%d, want %v", r.Allowed, want)
+					}
+					return nil
+				})
+			})
+		}
+	}
+}
+
+func (sc decisionScenario) rule() string {
+	if sc.refused {
+		return refusedRule
+	}
+	return allowedRule
+}
+
+func (sc decisionScenario) rateLimit() redis_rate.Limit {
+	if sc.refused {
+		return redis_rate.Limit{Rate: refusedLimit, Burst: refusedLimit, Period: time.Hour}
+	}
+	return redis_rate.PerSecond(1_000_000_000)
+}
+
+// redisThrottler returns a Throttler with a RedisStore on client, the default
+// rule "*=rule", no margin (so its window is exactly the rule's, like
+// redis_rate's) and a logger that counts fallbacks.
+func redisThrottler(tb testing.TB, client redis.UniversalClient, prefix, rule string, opts ...throttle.Option) (*throttle.Throttler, *warnCounter) {
+	tb.Helper()
+	store, err := throttle.NewRedisStore(client, throttle.WithKeyPrefix(prefix))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	warn := &warnCounter{}
+	thr := newThrottler(tb, rule, append([]throttle.Option{throttle.WithStore(store), throttle.WithLogger(slog.New(warn))}, opts...)...)
+	return thr, warn
+}
+
+// newThrottler returns a Throttler with the default rule "*=rule" and no
+// margin, closed when tb ends.
+func newThrottler(tb testing.TB, rule string, opts ...throttle.Option) *throttle.Throttler {
+	tb.Helper()
+	rules, err := throttle.ParseRules("*=" + rule)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	thr, err := throttle.New(rules, append([]throttle.Option{throttle.WithMargin(0)}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = thr.Close() })
+	return thr
+}

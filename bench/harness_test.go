@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// runGoroutines calls op b.N times in all, spread over exactly g goroutines
+// (unlike b.RunParallel, whose count is a multiple of GOMAXPROCS), and
+// reports the throughput as ops/s besides ns/op. i is the call's index, from
+// 0 to b.N-1. The first error stops the run and fails b.
+func runGoroutines(b *testing.B, g int, op func(i int) error) {
+	b.Helper()
+	b.ReportAllocs()
+	var (
+		next    atomic.Int64
+		stopped atomic.Bool
+		errOnce sync.Once
+		firstEr error
+		wg      sync.WaitGroup
+	)
+	b.ResetTimer()
+	for range g {
+		wg.Go(func() {
+			for !stopped.Load() {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := op(int(i)); err != nil {
+					errOnce.Do(func() { firstEr = err })
+					stopped.Store(true)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if firstEr != nil {
+		b.Fatal(firstEr)
+	}
+	reportOpsPerSec(b)
+}
+
+func reportOpsPerSec(b *testing.B) {
+	if s := b.Elapsed().Seconds(); s > 0 {
+		b.ReportMetric(float64(b.N)/s, "ops/s")
+	}
+}
+
+// parallelFill calls op n times over g goroutines, untimed: setup.
+func parallelFill(g, n int, op func(i int) error) error {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		err  error
+	)
+	for range g {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if e := op(int(i)); e != nil {
+					mu.Lock()
+					if err == nil {
+						err = e
+					}
+					mu.Unlock()
+					next.Store(int64(n))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return err
+}
+
+// warnCounter is a slog.Handler that counts warnings: a Throttler logs one
+// when a store call fails and it falls back, which would make a store
+// benchmark measure the fallback instead.
+type warnCounter struct{ n atomic.Int64 }
+
+func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnCounter) Handle(context.Context, slog.Record) error    { w.n.Add(1); return nil }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler                { return w }
+
+func (w *warnCounter) check(b *testing.B) {
+	b.Helper()
+	if n := w.n.Load(); n > 0 {
+		b.Fatalf("the throttler fell back from its store %d times: the figures would not be the store's", n)
+	}
+}
+
+// hosts returns n distinct target host names.
+func hosts(n int) []string {
+	hs := make([]string, n)
+	for i := range hs {
+		hs[i] = fmt.Sprintf("t%d.bench.test", i)
+	}
+	return hs
+}
+
+// serverStats reads what the server spent on scripts since the last
+// CONFIG RESETSTAT: INFO commandstats' usec and calls of EVALSHA and EVAL.
+type serverStats struct{ c *redis.Client }
+
+func (s serverStats) reset(b *testing.B) {
+	if err := s.c.ConfigResetStat(context.Background()).Err(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// report adds server-µs/op, the server's time inside scripts per op, and
+// calls/op, the script runs per op (below 1 when calls are shared).
+func (s serverStats) report(b *testing.B) {
+	info, err := s.c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var usec, calls float64
+	for line := range strings.Lines(info) {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for kv := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			f, _ := strconv.ParseFloat(v, 64)
+			switch k {
+			case "usec":
+				usec += f
+			case "calls":
+				calls += f
+			}
+		}
+	}
+	b.ReportMetric(usec/float64(b.N), "server-µs/op")
+	b.ReportMetric(calls/float64(b.N), "calls/op")
+}

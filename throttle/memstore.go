@@ -28,6 +28,7 @@ type memTarget struct {
 	head   int
 	pause  int64 // unix µs; 0 when none
 	window int64 // the last window used, for the sweeper
+	dead   bool  // swept: no longer in the map, so not to be written
 }
 
 type memEntry struct {
@@ -94,6 +95,7 @@ func (s *MemoryStore) sweep() {
 		t.mu.Lock()
 		t.trim(now, t.window)
 		if len(t.log)-t.head == 0 && t.pause <= now {
+			t.dead = true
 			s.targets.Delete(k)
 		}
 		t.mu.Unlock()
@@ -101,12 +103,21 @@ func (s *MemoryStore) sweep() {
 	})
 }
 
-func (s *MemoryStore) target(name string) *memTarget {
-	if v, ok := s.targets.Load(name); ok {
-		return v.(*memTarget)
+// lock returns target name's state, locked. A state the sweeper removed
+// after it was looked up is never written: the lookup is repeated.
+func (s *MemoryStore) lock(name string) *memTarget {
+	for {
+		v, ok := s.targets.Load(name)
+		if !ok {
+			v, _ = s.targets.LoadOrStore(name, &memTarget{})
+		}
+		t := v.(*memTarget)
+		t.mu.Lock()
+		if !t.dead {
+			return t
+		}
+		t.mu.Unlock()
 	}
-	v, _ := s.targets.LoadOrStore(name, &memTarget{})
-	return v.(*memTarget)
 }
 
 // trim drops entries at or before now-window, which no future slot depends on.
@@ -131,11 +142,12 @@ func (t *memTarget) last() (int64, bool) {
 
 // Reserve implements Store.
 func (s *MemoryStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
-	now := s.now().UnixMicro()
 	window, gap := lim.Window.Microseconds(), lim.Gap.Microseconds()
-	t := s.target(target)
-	t.mu.Lock()
+	t := s.lock(target)
 	defer t.mu.Unlock()
+	// The clock is read under the lock: a time read before it could be
+	// older than an entry another caller wrote meanwhile.
+	now := s.now().UnixMicro()
 	t.window = window
 	t.trim(now, window)
 	pause := t.pause
@@ -214,10 +226,9 @@ func (s *MemoryStore) Cancel(ctx context.Context, target string, id uint64, n in
 
 // Pause implements Store.
 func (s *MemoryStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
-	now := s.now().UnixMicro()
-	t := s.target(target)
-	t.mu.Lock()
+	t := s.lock(target)
 	defer t.mu.Unlock()
+	now := s.now().UnixMicro()
 	if d > 0 && now+d.Microseconds() > t.pause {
 		t.pause = now + d.Microseconds()
 		if t.window == 0 {
@@ -232,11 +243,10 @@ func (s *MemoryStore) Pause(ctx context.Context, target string, d time.Duration)
 
 // Restore implements Store.
 func (s *MemoryStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
-	now := s.now().UnixMicro()
 	w := window.Microseconds()
-	t := s.target(target)
-	t.mu.Lock()
+	t := s.lock(target)
 	defer t.mu.Unlock()
+	now := s.now().UnixMicro()
 	t.window = max(t.window, w)
 	for _, e := range entries {
 		at := now - e.Age.Microseconds()

@@ -365,3 +365,43 @@ func TestFailurePolicies(t *testing.T) {
 		})
 	})
 }
+
+func TestMemoryStoreSweepsIdleTargets(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewMemoryStore(WithSweepInterval(time.Second))
+		defer s.Close()
+		lim := Limit{Limit: 1, Window: 500 * time.Millisecond}
+		g := make([]Grant, 1)
+		_, _ = s.Reserve(context.Background(), "a.example", lim, []Request{{ID: 1, N: 1}}, g)
+		require.True(t, g[0].OK)
+		time.Sleep(1500 * time.Millisecond)
+		_, ok := s.targets.Load("a.example")
+		require.False(t, ok, "an idle target is forgotten")
+		_, _ = s.Reserve(context.Background(), "a.example", lim, []Request{{ID: 2, N: 1}}, g)
+		require.True(t, g[0].OK)
+	})
+}
+
+// TestConcurrentAllowNeverRefusesWithRoom: with room in the window, no
+// concurrent caller is refused (a clock read outside the lock once made a
+// caller older than the entry just written before it).
+func TestConcurrentAllowNeverRefusesWithRoom(t *testing.T) {
+	rules, err := ParseRules("*=1000000000/10ms")
+	require.NoError(t, err)
+	tr, err := New(rules, WithMargin(0))
+	require.NoError(t, err)
+	defer tr.Close()
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for range 20000 {
+				if d, _ := tr.Allow(context.Background(), "example.com"); !d.Allowed {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.Zero(t, refused.Load())
+}

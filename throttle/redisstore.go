@@ -44,8 +44,14 @@ type RedisStore struct {
 	liveness time.Duration
 	now      func() int64 // tests only: a fixed server time in µs
 
-	beats     sync.Map // target -> *atomic.Int64: when this process last trimmed the heartbeat (unix ns)
-	beatCount atomic.Int64
+	targets sync.Map // target name -> *redisTarget
+	count   atomic.Int64
+}
+
+// redisTarget is what a RedisStore keeps per target between calls.
+type redisTarget struct {
+	keys    []string     // log, pause, heartbeat
+	trimmed atomic.Int64 // when this process last trimmed the heartbeat (unix ns)
 }
 
 // trimEvery is how often, at most, a process trims the dead from a
@@ -128,8 +134,9 @@ func fromUS(v int64) time.Duration { return time.Duration(v) * time.Microsecond 
 
 // Reserve implements Store.
 func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	rt := s.target(target)
 	liveness := max(s.liveness, 2*lim.Window)
-	if !s.trimDue(target, liveness) {
+	if !rt.trimDue(liveness) {
 		liveness = -liveness
 	}
 	args := make([]any, 0, 8+3*len(reqs))
@@ -141,7 +148,7 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 		}
 		args = append(args, s.member(r.ID), r.N, maxWait)
 	}
-	vals, err := s.run(ctx, target, 6+2*len(reqs), args)
+	vals, err := s.runKeys(ctx, target, rt.keys, 6+2*len(reqs), args)
 	if err != nil {
 		return State{}, err
 	}
@@ -157,32 +164,36 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	}, nil
 }
 
-// trimDue reports whether this call should trim target's heartbeat set,
-// and if so records that it does.
-func (s *RedisStore) trimDue(target string, liveness time.Duration) bool {
-	now := time.Now().UnixNano()
-	v, ok := s.beats.Load(target)
-	if !ok {
-		if n := s.beatCount.Add(1); n > maxBeatTargets && n%maxBeatTargets == 0 {
-			s.forgetBeats(now - int64(liveness))
-		}
-		v, _ = s.beats.LoadOrStore(target, new(atomic.Int64))
+// target returns target's keys and bookkeeping, made once.
+func (s *RedisStore) target(name string) *redisTarget {
+	if v, ok := s.targets.Load(name); ok {
+		return v.(*redisTarget)
 	}
-	last := v.(*atomic.Int64)
-	prev := last.Load()
-	return now-prev >= int64(min(trimEvery, liveness/4)) && last.CompareAndSwap(prev, now)
+	if n := s.count.Add(1); n > maxRedisTargets && n%maxRedisTargets == 0 {
+		s.forget(time.Now().Add(-time.Minute).UnixNano())
+	}
+	v, _ := s.targets.LoadOrStore(name, &redisTarget{keys: s.keys(name)})
+	return v.(*redisTarget)
 }
 
-// maxBeatTargets bounds the heartbeat bookkeeping of a crawl over many
-// targets: past it, every maxBeatTargets new targets, the targets not
-// beaten within their liveness are forgotten.
-const maxBeatTargets = 10_000
+// trimDue reports whether this call should trim rt's heartbeat set, and if
+// so records that it does.
+func (rt *redisTarget) trimDue(liveness time.Duration) bool {
+	now := time.Now().UnixNano()
+	prev := rt.trimmed.Load()
+	return now-prev >= int64(min(trimEvery, liveness/4)) && rt.trimmed.CompareAndSwap(prev, now)
+}
 
-func (s *RedisStore) forgetBeats(before int64) {
-	s.beats.Range(func(k, v any) bool {
-		if v.(*atomic.Int64).Load() < before {
-			s.beats.Delete(k)
-			s.beatCount.Add(-1)
+// maxRedisTargets bounds the per-target bookkeeping of a crawl over many
+// targets: every maxRedisTargets new targets, those idle for a minute are
+// forgotten (and made again if they come back).
+const maxRedisTargets = 10_000
+
+func (s *RedisStore) forget(before int64) {
+	s.targets.Range(func(k, v any) bool {
+		if v.(*redisTarget).trimmed.Load() < before {
+			s.targets.Delete(k)
+			s.count.Add(-1)
 		}
 		return true
 	})
@@ -232,8 +243,12 @@ func (s *RedisStore) Restore(ctx context.Context, target string, window time.Dur
 // run executes the script and checks that the reply is an array of at least
 // want integers.
 func (s *RedisStore) run(ctx context.Context, target string, want int, args []any) ([]int64, error) {
+	return s.runKeys(ctx, target, s.target(target).keys, want, args)
+}
+
+func (s *RedisStore) runKeys(ctx context.Context, target string, keys []string, want int, args []any) ([]int64, error) {
 	op := args[0]
-	raw, err := slidingLog.Run(ctx, s.client, s.keys(target), args...).Result()
+	raw, err := slidingLog.Run(ctx, s.client, keys, args...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %s %q: %w", op, target, err)
 	}

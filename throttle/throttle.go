@@ -436,14 +436,35 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 		return nil, fmt.Errorf("throttle: %q: %w", name, ErrNoRule)
 	}
 	// Hosts grouped into one target share the rule of the first one seen.
-	v, _ := t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin))
+	v, ok := t.targets.Load(key)
+	if !ok {
+		v, _ = t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin))
+	}
 	tg := v.(*target)
 	if t.hostCount.Add(1) > maxCachedHosts {
-		t.hosts.Clear()
-		t.hostCount.Store(0)
+		t.forget()
 	}
 	t.hosts.Store(host, &hostEntry{tg: tg, expires: expires})
 	return tg, nil
+}
+
+// forget bounds the memory of a crawl over very many hosts: it empties the
+// host cache and drops every target with no call in flight and no fallback
+// under way. Dropping is safe: a target made anew has no live count, so its
+// fallback would wait for the store, and seeds its local log at the horizon
+// whatever tail it knew.
+func (t *Throttler) forget() {
+	t.hosts.Clear()
+	t.hostCount.Store(0)
+	t.targets.Range(func(k, v any) bool {
+		tg := v.(*target)
+		tg.mu.Lock()
+		if !tg.busy && !tg.degraded {
+			t.targets.Delete(k)
+		}
+		tg.mu.Unlock()
+		return true
+	})
 }
 
 // maxCachedHosts bounds the host cache of a long crawl over many hosts.

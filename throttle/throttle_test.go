@@ -405,3 +405,32 @@ func TestConcurrentAllowNeverRefusesWithRoom(t *testing.T) {
 	wg.Wait()
 	require.Zero(t, refused.Load())
 }
+
+func TestForgetKeepsTargetsInUse(t *testing.T) {
+	tr := newTestThrottler(t)
+	defer tr.Close()
+	ctx := context.Background()
+	for _, h := range []string{"a.example", "b.example", "c.example"} {
+		require.NoError(t, tr.Wait(ctx, h))
+	}
+	busy, _, err := tr.Target(ctx, "b.example")
+	require.NoError(t, err)
+	v, _ := tr.targets.Load(busy)
+	tg := v.(*target)
+	tg.mu.Lock()
+	tg.busy = true
+	tg.mu.Unlock()
+
+	tr.forget()
+	var left []string
+	tr.targets.Range(func(k, _ any) bool { left = append(left, k.(string)); return true })
+	require.Equal(t, []string{"b.example"}, left, "only the target with a call in flight stays")
+	tg.mu.Lock()
+	tg.busy = false
+	tg.mu.Unlock()
+
+	d, err := tr.Allow(ctx, "a.example")
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "a forgotten target is made anew; the store still has its log")
+	require.Equal(t, 0, d.Remaining, "the memory store kept a.example's first admission")
+}

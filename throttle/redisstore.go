@@ -41,6 +41,7 @@ type RedisStore struct {
 	client   redis.UniversalClient
 	prefix   string
 	proc     string // this process's id: entry names and heartbeat
+	procArg  any    // proc, boxed once
 	liveness time.Duration
 	now      func() int64 // tests only: a fixed server time in µs
 
@@ -52,6 +53,24 @@ type RedisStore struct {
 type redisTarget struct {
 	keys    []string     // log, pause, heartbeat
 	trimmed atomic.Int64 // when this process last trimmed the heartbeat (unix ns)
+	args    atomic.Pointer[limitArgs]
+}
+
+// limitArgs are a Limit's script arguments, boxed once: a target's limit
+// rarely changes, and boxing them on every call cost allocations.
+type limitArgs struct {
+	lim                 Limit
+	limit, window, gap  any
+	liveness, noTrimmed any // the liveness, positive (trim) and negative (don't)
+}
+
+func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
+	if a := rt.args.Load(); a != nil && a.lim == lim {
+		return a
+	}
+	a := &limitArgs{lim: lim, limit: lim.Limit, window: us(lim.Window), gap: us(lim.Gap), liveness: us(liveness), noTrimmed: -us(liveness)}
+	rt.args.Store(a)
+	return a
 }
 
 // trimEvery is how often, at most, a process trims the dead from a
@@ -92,6 +111,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 	if s.liveness <= 0 {
 		return nil, fmt.Errorf("throttle: liveness %v must be positive", s.liveness)
 	}
+	s.procArg = s.proc
 	return s, nil
 }
 
@@ -136,11 +156,13 @@ func fromUS(v int64) time.Duration { return time.Duration(v) * time.Microsecond 
 func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
 	rt := s.target(target)
 	liveness := max(s.liveness, 2*lim.Window)
+	la := rt.limitArgs(lim, liveness)
+	live := la.liveness
 	if !rt.trimDue(liveness) {
-		liveness = -liveness
+		live = la.noTrimmed
 	}
 	args := make([]any, 0, 8+3*len(reqs))
-	args = append(args, "reserve", s.nowArg(), lim.Limit, us(lim.Window), us(lim.Gap), s.proc, us(liveness), len(reqs))
+	args = append(args, "reserve", s.nowArg(), la.limit, la.window, la.gap, s.procArg, live, len(reqs))
 	for _, r := range reqs {
 		maxWait := int64(-1)
 		if r.MaxWait >= 0 {

@@ -116,7 +116,7 @@ func tail(s string, n int) string {
 // concurrent commands (so the pool is never what the 64-goroutine runs
 // wait on), closed when tb ends.
 func (s *redisServer) client(tb testing.TB, hooks ...redis.Hook) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 64})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 64, ContextTimeoutEnabled: true})
 	for _, h := range hooks {
 		c.AddHook(h)
 	}

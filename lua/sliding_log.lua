@@ -15,8 +15,12 @@
 --
 -- reserve: ARGV[3] limit, [4] window us, [5] gap us, [6] process id,
 --          [7] liveness us (negative: only mark this process live, do
---          not trim the heartbeat set), [8] count k, then k triples:
---          member prefix, units n, max wait us (-1: no bound).
+--          not trim the heartbeat set), [8] the latest slot (us) this
+--          process has seen in the log, 0 if none, [9] count k, then k
+--          triples: member prefix, units n, max wait us (-1: no bound).
+--   If the log is empty although that slot is still inside the window,
+--   Redis has lost the log (a restart, a failover): the target is paused
+--   until a window after that slot, as if the lost log had been full.
 --   Each request in turn gets the earliest slot s >= now such that every
 --   interval of length window holds at most limit units once its n units are
 --   written at s: s is after the pause, after every earlier entry (FIFO), at
@@ -25,7 +29,8 @@
 --   than its max wait is refused and writes nothing.
 --   Reply: {now, remaining, reset us, live, tail us, pause us,
 --           then per request: granted (1/0), delay us}.
--- cancel:  ARGV[3..] members to remove. Reply: {now, removed}.
+-- cancel:  ARGV[3..] members to remove. Reply: {now, removed, the last
+--          entry's slot or 0 when the log is now empty}.
 -- pause:   ARGV[3] duration us (0 reads the pause). The pause only grows.
 --          Reply: {now, pause us remaining}.
 -- restore: ARGV[3] window us, then pairs: member, age us (the entry's slot is
@@ -65,8 +70,9 @@ if op == 'reserve' then
   local gap = tonumber(ARGV[5])
   local proc = ARGV[6]
   local liveness = tonumber(ARGV[7])
-  local k = tonumber(ARGV[8])
-  if not (limit and window and gap and liveness and k) or limit < 1 or window < 1 then
+  local seen = tonumber(ARGV[8])
+  local k = tonumber(ARGV[9])
+  if not (limit and window and gap and liveness and seen and k) or limit < 1 or window < 1 then
     return redis.error_reply('fleetgate: bad reserve arguments')
   end
 
@@ -75,13 +81,19 @@ if op == 'reserve' then
   -- card and last follow every write below, so each is read once.
   local card = redis.call('ZCARD', log)
   local last = nil
-  if card > 0 then last = last_score() end
+  if card > 0 then
+    last = last_score()
+  elseif seen > now - window and seen + window > pause then
+    pause = seen + window -- the log was lost: count it as full
+    redis.call('SET', pausekey, pause)
+    pexpire_until(pausekey, pause)
+  end
   local out = {}
   local wrote = false
   for i = 0, k - 1 do
-    local prefix = ARGV[9 + 3 * i]
-    local n = tonumber(ARGV[10 + 3 * i])
-    local maxwait = tonumber(ARGV[11 + 3 * i])
+    local prefix = ARGV[10 + 3 * i]
+    local n = tonumber(ARGV[11 + 3 * i])
+    local maxwait = tonumber(ARGV[12 + 3 * i])
     local slot = now
     if pause > slot then slot = pause end
     if last then
@@ -126,10 +138,12 @@ if op == 'reserve' then
   -- processes. Trimming the dead and renewing the TTL is done about once a
   -- second per process and target (a negative liveness skips it; until
   -- then a stopped process may be counted a little longer, never less).
-  redis.call('ZADD', procs, now, proc)
+  local added = redis.call('ZADD', procs, now, proc)
   if liveness > 0 then
     redis.call('ZREMRANGEBYSCORE', procs, '-inf', now - liveness)
     pexpire_until(procs, now + liveness)
+  elseif added == 1 then -- a new set (after a restart) needs its TTL now
+    pexpire_until(procs, now - liveness)
   end
   local live = redis.call('ZCARD', procs)
 
@@ -151,7 +165,7 @@ elseif op == 'cancel' then
   for i = 3, #ARGV do
     removed = removed + redis.call('ZREM', log, ARGV[i])
   end
-  return {now, removed}
+  return {now, removed, last_score() or 0}
 
 elseif op == 'pause' then
   local d = tonumber(ARGV[3])

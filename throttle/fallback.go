@@ -33,7 +33,7 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 		// Seeded before anyone sees degraded.
 		share := tg.shareLocked()
 		ahead := max(tg.tail.Sub(now), t.horizon(tg))
-		seed := []Entry{{ID: t.ids.Add(1), N: share.Limit, Age: -ahead}}
+		seed := []Entry{{ID: nextID(), N: share.Limit, Age: -ahead}}
 		_ = t.local.Restore(context.Background(), tg.name, share.Window, seed)
 	}
 	tg.degraded, tg.probed = true, now
@@ -77,7 +77,7 @@ func (tg *target) degradedNow(t *Throttler) error {
 		share, _ := t.share(tg)
 		entries = t.local.entries(tg.name, tg.lim.Window)
 		if others := (live - 1) * share.Limit; others > 0 {
-			entries = append(entries, Entry{ID: t.ids.Add(1), N: min(others, tg.lim.Limit), Age: -t.cfg.grace})
+			entries = append(entries, Entry{ID: nextID(), N: min(others, tg.lim.Limit), Age: -t.cfg.grace})
 		}
 	}
 	if err := t.store.Restore(ctx, tg.name, tg.lim.Window, entries); err != nil {

@@ -95,7 +95,7 @@ func TestFleetProperty(t *testing.T) {
 	var calls scriptCounter
 	var throttlers []*Throttler
 	for range 3 {
-		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		client.AddHook(&calls)
 		t.Cleanup(func() { client.Close() })
 		s, err := NewRedisStore(client, WithKeyPrefix(prefix), WithLiveness(window))
@@ -162,7 +162,7 @@ func TestFleetSurvivesRedisRestart(t *testing.T) {
 	require.NoError(t, err)
 	var throttlers []*Throttler
 	for range 3 {
-		client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: -1, DialTimeout: 100 * time.Millisecond, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { client.Close() })
 		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
 		require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetgate/fleetgate/internal/redistest"
@@ -137,4 +138,66 @@ func TestRedisUsesServerTime(t *testing.T) {
 		require.False(t, d.Allowed)
 		require.InDelta(t, 10*time.Second+DefaultMargin, d.RetryAfter, float64(time.Second))
 	}
+}
+
+func TestRedisStoreNeedsContextTimeouts(t *testing.T) {
+	srv := redistest.StartServer(t)
+	plain := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer plain.Close()
+	_, err := NewRedisStore(plain)
+	require.ErrorContains(t, err, "ContextTimeoutEnabled")
+}
+
+// TestSharedStoreKeepsEntriesApart: two Throttlers on one store (one
+// process id) never name two entries alike.
+func TestSharedStoreKeepsEntriesApart(t *testing.T) {
+	s, err := NewRedisStore(redistest.StartServer(t).Client(t), WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	rules, err := ParseRules("*=2/10s")
+	require.NoError(t, err)
+	var got []bool
+	for range 3 {
+		tr, err := New(rules, WithStore(s))
+		require.NoError(t, err)
+		d, err := tr.Allow(context.Background(), "example.com")
+		require.NoError(t, err)
+		got = append(got, d.Allowed)
+		tr.Close()
+	}
+	require.Equal(t, []bool{true, true, false}, got)
+}
+
+// TestLostLogHoldsTheTarget: Redis restarts empty between two calls, so no
+// call fails; the next call sees an empty log where this process saw
+// entries still inside the window, and holds the target for a window after
+// the last of them instead of admitting a second full window.
+func TestLostLogHoldsTheTarget(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	rules, err := ParseRules("*=5/10s")
+	require.NoError(t, err)
+	tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx := context.Background()
+	for range 5 {
+		d, err := tr.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	srv.Kill(t)
+	srv.Restart(t)
+	var d Decision
+	require.Eventually(t, func() bool {
+		d, err = tr.Allow(ctx, "example.com")
+		return err == nil && tr.Mode() == ModeStore
+	}, 5*time.Second, 20*time.Millisecond)
+	require.False(t, d.Allowed, "a lost log counts as full")
+	require.InDelta(t, 10*time.Second, d.RetryAfter, float64(time.Second))
+	ttl, err := client.PTTL(ctx, s.keys("example.com")[2]).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, time.Duration(0), "the heartbeat made anew after the restart has a TTL")
 }

@@ -53,6 +53,7 @@ type RedisStore struct {
 type redisTarget struct {
 	keys    []string     // log, pause, heartbeat
 	trimmed atomic.Int64 // when this process last trimmed the heartbeat (unix ns)
+	seen    atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
 	args    atomic.Pointer[limitArgs]
 }
 
@@ -94,10 +95,17 @@ func WithLiveness(d time.Duration) RedisOption {
 }
 
 // NewRedisStore returns a store on client. The client stays the caller's:
-// Close does not close it.
+// Close does not close it. The client must be created with
+// ContextTimeoutEnabled set (redis.Options or redis.ClusterOptions), so that
+// each store call is bounded by the Throttler's store timeout; NewRedisStore
+// refuses one without it.
 func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisStore, error) {
 	if client == nil {
 		return nil, errors.New("throttle: NewRedisStore: nil client")
+	}
+	if !contextTimeouts(client) {
+		return nil, errors.New("throttle: NewRedisStore: the client must be created with ContextTimeoutEnabled: true, " +
+			"or go-redis ignores the store timeout and a hung Redis holds every waiter for its ReadTimeout")
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
@@ -113,6 +121,18 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 	}
 	s.procArg = s.proc
 	return s, nil
+}
+
+// contextTimeouts reports whether client lets a context's deadline bound a
+// call. Clients of other types (a Ring, a wrapper) are trusted.
+func contextTimeouts(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return true
 }
 
 // Close implements Store; the client is left open.
@@ -161,8 +181,8 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	if !rt.trimDue(liveness) {
 		live = la.noTrimmed
 	}
-	args := make([]any, 0, 8+3*len(reqs))
-	args = append(args, "reserve", s.nowArg(), la.limit, la.window, la.gap, s.procArg, live, len(reqs))
+	args := make([]any, 0, 9+3*len(reqs))
+	args = append(args, "reserve", s.nowArg(), la.limit, la.window, la.gap, s.procArg, live, rt.seen.Load(), len(reqs))
 	for _, r := range reqs {
 		maxWait := int64(-1)
 		if r.MaxWait >= 0 {
@@ -176,6 +196,11 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	}
 	for i := range reqs {
 		grants[i] = Grant{OK: vals[6+2*i] == 1, Delay: fromUS(vals[7+2*i])}
+	}
+	if reset := vals[2]; reset > 0 { // the log's last entry is now + reset - window
+		last := vals[0] + reset - us(lim.Window)
+		for prev := rt.seen.Load(); last > prev && !rt.seen.CompareAndSwap(prev, last); prev = rt.seen.Load() {
+		}
 	}
 	return State{
 		Remaining:  int(vals[1]),
@@ -232,7 +257,12 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 			args = append(args, m+"."+strconv.Itoa(j))
 		}
 	}
-	_, err := s.run(ctx, target, 2, args)
+	rt := s.target(target)
+	vals, err := s.runKeys(ctx, target, rt.keys, 3, args)
+	if err == nil {
+		// The log as it is now: emptied by this cancel, it was not lost.
+		rt.seen.Store(vals[2])
+	}
 	return err
 }
 
@@ -310,6 +340,7 @@ func (s *RedisStore) Probe(ctx context.Context) error {
 func probeFresh(ctx context.Context, opts *redis.Options) error {
 	o := *opts
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
+	o.ContextTimeoutEnabled = true
 	// A throwaway client must not register maintenance-notification
 	// handlers (go-redis logs a failure each time it cannot).
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}

@@ -24,7 +24,6 @@ type Throttler struct {
 	store     Store
 	ownsStore bool
 	local     *MemoryStore // the fallback's log, on the local clock
-	ids       atomic.Uint64
 	closed    atomic.Bool
 
 	hosts     sync.Map // raw host -> *hostEntry
@@ -274,7 +273,7 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 			}
 			maxWait, hasDeadline = min(maxWait, left), true
 		}
-		w := &waiter{req: Request{ID: t.ids.Add(1), N: n, MaxWait: maxWait}}
+		w := &waiter{req: Request{ID: nextID(), N: n, MaxWait: maxWait}}
 		if ms, ok := t.store.(*MemoryStore); ok {
 			// In memory a decision takes a lock for a few hundred
 			// nanoseconds: nothing to batch, and it cannot fail.
@@ -342,7 +341,7 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 		return t.allowMemory(ctx, ms, tg, n), nil
 	}
 	// Concurrent decisions on one target share store calls, as waits do.
-	w := &waiter{req: Request{ID: t.ids.Add(1), N: n}, ready: make(chan struct{})}
+	w := &waiter{req: Request{ID: nextID(), N: n}, ready: make(chan struct{})}
 	if err := t.submit(ctx, tg, w); err != nil {
 		return Decision{}, err
 	}
@@ -360,7 +359,7 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 // allowMemory decides on the memory store, which cannot fail: no timeout,
 // no fallback, and nothing escapes to the heap.
 func (t *Throttler) allowMemory(ctx context.Context, ms *MemoryStore, tg *target, n int) Decision {
-	reqs := [1]Request{{ID: t.ids.Add(1), N: n}}
+	reqs := [1]Request{{ID: nextID(), N: n}}
 	var grants [1]Grant
 	st, _ := ms.Reserve(ctx, tg.name, tg.lim, reqs[:], grants[:])
 	return decision(st, grants[0])
@@ -466,6 +465,12 @@ func (t *Throttler) forget() {
 		return true
 	})
 }
+
+// ids numbers requests across every Throttler of the process, so that
+// Throttlers sharing one store never name two entries alike.
+var ids atomic.Uint64
+
+func nextID() uint64 { return ids.Add(1) }
 
 // maxCachedHosts bounds the host cache of a long crawl over many hosts.
 const maxCachedHosts = 100_000

@@ -51,6 +51,7 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, log *sl
 		}
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
+	opts.ContextTimeoutEnabled = true // so the throttle's store timeout bounds every call
 	q := &quota{where: fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB), client: redis.NewClient(opts)}
 	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()

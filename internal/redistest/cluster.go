@@ -110,10 +110,11 @@ func (c *Cluster) waitOK() (lastInfos string, ok bool) {
 }
 
 // Client returns a go-redis cluster client seeded with all three masters,
-// with default options. A Cleanup registered on tb closes it.
+// with default options but for ContextTimeoutEnabled (which
+// throttle.NewRedisStore requires). A Cleanup registered on tb closes it.
 func (c *Cluster) Client(tb testing.TB) *redis.ClusterClient {
 	tb.Helper()
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: slices.Clone(c.Addrs)})
+	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: slices.Clone(c.Addrs), ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { closeClient(tb, rdb) })
 	return rdb
 }

@@ -104,12 +104,13 @@ func startServer(tb testing.TB, cluster bool, extraArgs []string) *Server {
 	return s
 }
 
-// Client returns a go-redis client for the server with default options. A
+// Client returns a go-redis client for the server with default options, but
+// for ContextTimeoutEnabled (which throttle.NewRedisStore requires). A
 // Cleanup registered on tb closes it. The client keeps working across Kill
 // and Restart: it reconnects once the server answers again.
 func (s *Server) Client(tb testing.TB) *redis.Client {
 	tb.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: s.Addr})
+	rdb := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { closeClient(tb, rdb) })
 	return rdb
 }

@@ -21,6 +21,9 @@ type target struct {
 	live     int       // the largest live-process count seen lately; 0 until the store answered
 	liveAt   time.Time // when live was last confirmed
 	tail     time.Time // local time of the latest slot the fleet is known to have booked
+	heard    time.Time // when the store last answered a call for this target
+	since    time.Time // when the current fallback began
+	seedID   uint64    // the local log's placeholder entry of the current fallback
 	degraded bool      // the failure policy decides, not the store
 	probed   time.Time // last recovery attempt
 }
@@ -36,8 +39,9 @@ type waiter struct {
 
 	lead  []*waiter // set when this waiter must run the next batch
 	grant Grant
-	state State     // the target's log after the call
-	at    time.Time // the slot on the local clock
+	ahead time.Duration // how far ahead the deciding log books; 0: the horizon
+	state State         // the target's log after the call
+	at    time.Time     // the slot on the local clock
 	via   via
 	err   error
 }
@@ -115,68 +119,96 @@ func (t *Throttler) decide(tg *target, batch []*waiter) {
 	for i, w := range batch {
 		reqs[i] = w.req
 	}
-	via := viaStore
-	var st State
 	if tg.degradedNow(t) == nil {
-		var err error
-		if st, err = t.storeReserve(tg, reqs, grants); err != nil {
-			t.enterFallback(tg, err)
-		}
-	}
-	if tg.isDegraded() {
-		switch t.cfg.policy {
-		case FailOpen:
-			via = viaOpen
-			for i := range grants {
-				grants[i] = Grant{OK: true}
-			}
-		case FailClosed:
-			for _, w := range batch {
-				w.err = errStoreDown
+		st, at, err := t.storeReserve(tg, reqs, grants)
+		if err == nil {
+			for i, w := range batch {
+				w.grant, w.via, w.state = grants[i], viaStore, st
+				w.at = at.Add(grants[i].Delay)
 			}
 			return
-		default:
-			share, known := t.share(tg)
-			if !known { // never heard how many share the target: wait as FailClosed does
-				for _, w := range batch {
-					w.err = errStoreDown
-				}
-				return
-			}
-			via = viaLocal
-			st, _ = t.local.Reserve(context.Background(), tg.name, share, reqs, grants)
 		}
+		t.enterFallback(tg, err)
 	}
-	now := t.cfg.now()
-	for i, w := range batch {
-		w.grant, w.via, w.state = grants[i], via, st
-		// The reply came after the store's "now": counting the delay from
-		// here can only make the slot later, never earlier.
+	switch t.cfg.policy {
+	case FailOpen:
+		now := t.cfg.now()
+		for _, w := range batch {
+			w.grant, w.via, w.at = Grant{OK: true}, viaOpen, now
+		}
+	case FailClosed:
+		for _, w := range batch {
+			w.err = errStoreDown
+		}
+	default:
+		t.decideLocally(tg, batch)
+	}
+}
+
+// decideLocally decides batch on the local log with this process's share.
+// A waiter is told to wait for the store (errStoreDown) when no share is
+// safe, or when it asks for more units than the share. Local bookings reach
+// at most one probe interval ahead, so that whatever this process booked
+// has landed soon after the store is back.
+func (t *Throttler) decideLocally(tg *target, batch []*waiter) {
+	share, known := t.share(tg)
+	ahead := t.cfg.probeInterval
+	var sub []*waiter
+	var reqs []Request
+	for _, w := range batch {
+		if !known || w.req.N > share.Limit {
+			w.err = errStoreDown
+			continue
+		}
+		r := w.req
+		if r.MaxWait < 0 || r.MaxWait > ahead {
+			r.MaxWait = ahead
+		}
+		sub, reqs = append(sub, w), append(reqs, r)
+	}
+	if len(sub) == 0 {
+		return
+	}
+	grants := make([]Grant, len(sub))
+	st, now := t.local.reserve(tg.name, share, reqs, grants)
+	for i, w := range sub {
+		w.grant, w.via, w.state, w.ahead = grants[i], viaLocal, st, ahead
 		w.at = now.Add(grants[i].Delay)
 	}
 }
 
-// storeReserve makes one bounded store call and learns from its reply.
-func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, error) {
+// storeReserve makes one bounded store call and learns from its reply. It
+// returns the local time that best matches the store's "now": the middle of
+// the round trip, wrong by at most half of it, which the margin absorbs.
+func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
 	defer cancel()
+	start := t.cfg.now()
 	st, err := t.store.Reserve(ctx, tg.name, tg.lim, reqs, grants)
 	if err != nil {
-		return st, err
+		return st, time.Time{}, err
 	}
 	now := t.cfg.now()
+	mid := start.Add(now.Sub(start) / 2)
+	if st.Paused > 0 { // keep the fleet's pause locally too, for a fallback
+		_, _ = t.local.Pause(ctx, tg.name, st.Paused)
+	}
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
+	tg.heard = now
 	// A fresh low count (say, right after Redis restarted empty) must not
 	// raise this process's fallback share: the largest count wins until it
 	// has gone unconfirmed for a whole liveness period.
-	liveness := max(10*time.Second, 2*tg.lim.Window)
-	if st.Live > 0 && (st.Live >= tg.live || now.Sub(tg.liveAt) > liveness) {
+	if st.Live > 0 && (st.Live >= tg.live || now.Sub(tg.liveAt) > tg.liveness()) {
 		tg.live = max(st.Live, 1)
 		tg.liveAt = now
 	}
-	if end := now.Add(st.Tail); end.After(tg.tail) {
+	if end := mid.Add(st.Tail); end.After(tg.tail) {
 		tg.tail = end
 	}
-	return st, nil
+	return st, mid, nil
 }
+
+// liveness is how long a live count stays good: the store's default
+// heartbeat liveness.
+func (tg *target) liveness() time.Duration { return max(10*time.Second, 2*tg.lim.Window) }

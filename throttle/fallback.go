@@ -11,12 +11,6 @@ type prober interface {
 	Probe(ctx context.Context) error
 }
 
-func (tg *target) isDegraded() bool {
-	tg.mu.Lock()
-	defer tg.mu.Unlock()
-	return tg.degraded
-}
-
 // enterFallback switches tg to the failure policy after a store error.
 func (t *Throttler) enterFallback(tg *target, cause error) {
 	now := t.cfg.now()
@@ -33,10 +27,11 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 		// Seeded before anyone sees degraded.
 		share := tg.shareLocked()
 		ahead := max(tg.tail.Sub(now), t.horizon(tg))
-		seed := []Entry{{ID: nextID(), N: share.Limit, Age: -ahead}}
+		tg.seedID = nextID()
+		seed := []Entry{{ID: tg.seedID, N: share.Limit, Age: -ahead}}
 		_ = t.local.Restore(context.Background(), tg.name, share.Window, seed)
 	}
-	tg.degraded, tg.probed = true, now
+	tg.degraded, tg.probed, tg.since = true, now, now
 	tg.mu.Unlock()
 	if t.degraded.Add(1) == 1 {
 		t.cfg.logger.Warn("fleetgate: store failed; deciding by the failure policy",
@@ -46,7 +41,7 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 
 // degradedNow returns nil when tg should be decided by the store: it is not
 // degraded, or it was and the store is back (after replaying what this
-// process admitted locally). It probes at most once per probe interval.
+// process admitted locally). It tries at most once per probe interval.
 func (tg *target) degradedNow(t *Throttler) error {
 	now := t.cfg.now()
 	tg.mu.Lock()
@@ -59,25 +54,25 @@ func (tg *target) degradedNow(t *Throttler) error {
 		return errStoreDown
 	}
 	tg.probed = now
-	live := tg.live
+	live, seed := tg.live, tg.seedID
 	tg.mu.Unlock()
 
+	if err := t.probe(now); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
 	defer cancel()
-	if p, ok := t.store.(prober); ok {
-		if err := p.Probe(ctx); err != nil {
-			return err
-		}
-	}
 	var entries []Entry
 	if t.cfg.policy == FailLocal {
-		// What this process admitted locally, then placeholders for the
-		// shares of the others, dated ahead by the grace they may take to
-		// notice the store is back.
+		// What this process admitted locally (not the seed: the store kept
+		// or, if it lost its log, noticed the fleet's bookings), then
+		// placeholders for the others' shares, dated as far ahead as their
+		// local bookings reach plus the grace they may take to notice the
+		// store is back.
 		share, _ := t.share(tg)
-		entries = t.local.entries(tg.name, tg.lim.Window)
+		entries = t.local.entries(tg.name, tg.lim.Window, seed)
 		if others := (live - 1) * share.Limit; others > 0 {
-			entries = append(entries, Entry{ID: nextID(), N: min(others, tg.lim.Limit), Age: -t.cfg.grace})
+			entries = append(entries, Entry{ID: nextID(), N: min(others, tg.lim.Limit), Age: -(t.cfg.probeInterval + t.cfg.grace)})
 		}
 	}
 	if err := t.store.Restore(ctx, tg.name, tg.lim.Window, entries); err != nil {
@@ -92,6 +87,24 @@ func (tg *target) degradedNow(t *Throttler) error {
 	return nil
 }
 
+// probe checks, on a fresh connection, whether the store answers again,
+// once per probe interval for all the Throttler's targets.
+func (t *Throttler) probe(now time.Time) error {
+	p, ok := t.store.(prober)
+	if !ok {
+		return nil
+	}
+	t.probeMu.Lock()
+	defer t.probeMu.Unlock()
+	if !t.probeAt.IsZero() && now.Sub(t.probeAt) < t.cfg.probeInterval {
+		return t.probeErr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
+	defer cancel()
+	t.probeAt, t.probeErr = now, p.Probe(ctx)
+	return t.probeErr
+}
+
 // horizon is how far ahead the store may book for tg.
 func (t *Throttler) horizon(tg *target) time.Duration {
 	if t.cfg.maxAhead > 0 {
@@ -101,25 +114,23 @@ func (t *Throttler) horizon(tg *target) time.Duration {
 }
 
 // share is this process's part of tg's limit while the store is down: N
-// divided by the live processes, or, when there are more processes than
-// units, one unit per proportionally longer window. known is false when the
-// store never told this process how many share the target: then no share is
-// safe, and the process waits for the store.
+// divided by the live processes. known is false when no share is safe: the
+// store never said how many processes share the target, or had not lately
+// when it failed (the count may have grown meanwhile), or they outnumber the
+// limit's units (a longer window per process would bound the average, not
+// the count in one window). Then the process waits for the store.
 func (t *Throttler) share(tg *target) (l Limit, known bool) {
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
-	return tg.shareLocked(), tg.live > 0
+	known = tg.live > 0 && tg.live <= tg.lim.Limit && tg.since.Sub(tg.heard) <= tg.liveness()
+	return tg.shareLocked(), known
 }
 
 func (tg *target) shareLocked() Limit {
 	live := max(tg.live, 1)
 	l := tg.lim
-	if live == 1 {
+	if live == 1 || live > l.Limit {
 		return l
 	}
-	if l.Limit >= live {
-		return Limit{Limit: l.Limit / live, Window: l.Window, Gap: l.Gap * time.Duration(live)}
-	}
-	w := (l.Window*time.Duration(live) + time.Duration(l.Limit) - 1) / time.Duration(l.Limit)
-	return Limit{Limit: 1, Window: w, Gap: l.Gap * time.Duration(live)}
+	return Limit{Limit: l.Limit / live, Window: l.Window, Gap: l.Gap * time.Duration(live)}
 }

@@ -142,12 +142,20 @@ func (t *memTarget) last() (int64, bool) {
 
 // Reserve implements Store.
 func (s *MemoryStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	st, _ := s.reserve(target, lim, reqs, grants)
+	return st, nil
+}
+
+// reserve is Reserve, also returning the store's "now" of the decision, so
+// that a caller on the same clock knows each slot exactly.
+func (s *MemoryStore) reserve(target string, lim Limit, reqs []Request, grants []Grant) (State, time.Time) {
 	window, gap := lim.Window.Microseconds(), lim.Gap.Microseconds()
 	t := s.lock(target)
 	defer t.mu.Unlock()
 	// The clock is read under the lock: a time read before it could be
 	// older than an entry another caller wrote meanwhile.
-	now := s.now().UnixMicro()
+	nowT := s.now()
+	now := nowT.UnixMicro()
 	t.window = window
 	t.trim(now, window)
 	pause := t.pause
@@ -194,7 +202,7 @@ func (s *MemoryStore) Reserve(ctx context.Context, target string, lim Limit, req
 			st.Tail = time.Duration(last-now) * time.Microsecond
 		}
 	}
-	return st, nil
+	return st, nowT
 }
 
 // Cancel implements Store.
@@ -266,9 +274,10 @@ func (s *MemoryStore) Restore(ctx context.Context, target string, window time.Du
 	return nil
 }
 
-// entries returns a copy of target's live log as ages relative to now, for
-// replaying it into another store. Entries of one request are merged.
-func (s *MemoryStore) entries(target string, window time.Duration) []Entry {
+// entries returns a copy of target's log within window of now, as ages,
+// for replaying it into another store, leaving out entries of request skip.
+// Entries of one request are merged. The log itself is left as it is.
+func (s *MemoryStore) entries(target string, window time.Duration, skip uint64) []Entry {
 	v, ok := s.targets.Load(target)
 	if !ok {
 		return nil
@@ -277,14 +286,17 @@ func (s *MemoryStore) entries(target string, window time.Duration) []Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := s.now().UnixMicro()
-	t.trim(now, window.Microseconds())
 	var out []Entry
 	for _, e := range t.log[t.head:] {
-		if n := len(out); n > 0 && out[n-1].ID == e.id && out[n-1].Age == time.Duration(now-e.at)*time.Microsecond {
+		if e.id == skip || e.at <= now-window.Microseconds() {
+			continue
+		}
+		age := time.Duration(now-e.at) * time.Microsecond
+		if n := len(out); n > 0 && out[n-1].ID == e.id && out[n-1].Age == age {
 			out[n-1].N++
 			continue
 		}
-		out = append(out, Entry{ID: e.id, N: 1, Age: time.Duration(now-e.at) * time.Microsecond})
+		out = append(out, Entry{ID: e.id, N: 1, Age: age})
 	}
 	return out
 }

@@ -30,6 +30,10 @@ type Throttler struct {
 	hostCount atomic.Int64
 	targets   sync.Map // target name -> *target
 	degraded  atomic.Int64
+
+	probeMu  sync.Mutex // guards the shared probe result
+	probeAt  time.Time
+	probeErr error
 }
 
 type hostEntry struct {
@@ -276,10 +280,11 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 		w := &waiter{req: Request{ID: nextID(), N: n, MaxWait: maxWait}}
 		if ms, ok := t.store.(*MemoryStore); ok {
 			// In memory a decision takes a lock for a few hundred
-			// nanoseconds: nothing to batch, and it cannot fail.
+			// nanoseconds: nothing to batch, it cannot fail, and its clock
+			// gives each slot exactly.
 			var g [1]Grant
-			_, _ = ms.Reserve(ctx, tg.name, tg.lim, []Request{w.req}, g[:])
-			w.grant, w.at = g[0], t.cfg.now().Add(g[0].Delay)
+			_, now := ms.reserve(tg.name, tg.lim, []Request{w.req}, g[:])
+			w.grant, w.at = g[0], now.Add(g[0].Delay)
 		} else {
 			w.ready = make(chan struct{})
 			if err := t.submit(ctx, tg, w); err != nil {
@@ -302,7 +307,11 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 					return nil, deadlineError(tg.name, w.grant.Delay)
 				}
 			}
-			if err := sleepCtx(ctx, max(w.grant.Delay-ahead, time.Millisecond)); err != nil {
+			reach := ahead
+			if w.ahead > 0 {
+				reach = w.ahead
+			}
+			if err := sleepCtx(ctx, max(w.grant.Delay-reach, time.Millisecond)); err != nil {
 				return nil, waitError(ctx, tg.name)
 			}
 			continue

@@ -211,6 +211,7 @@ type flakyStore struct {
 	*MemoryStore
 	fail     atomic.Bool
 	latency  time.Duration
+	live     int // the live count it reports; 0 means 2
 	reserves atomic.Int64
 	restored atomic.Int64
 }
@@ -225,6 +226,9 @@ func (s *flakyStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	}
 	st, err := s.MemoryStore.Reserve(ctx, target, lim, reqs, grants)
 	st.Live = 2 // as if a second process shared the target
+	if s.live > 0 {
+		st.Live = s.live
+	}
 	return st, err
 }
 
@@ -433,4 +437,63 @@ func TestForgetKeepsTargetsInUse(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, d.Allowed, "a forgotten target is made anew; the store still has its log")
 	require.Equal(t, 0, d.Remaining, "the memory store kept a.example's first admission")
+}
+
+func TestLocalFallbackWaitsWhenNoShareIsSafe(t *testing.T) {
+	cases := []struct {
+		name  string
+		rule  string
+		live  int
+		idle  time.Duration // since the store last answered
+		units int
+	}{
+		{name: "more processes than units", rule: "*=2/1s", live: 3, units: 1},
+		{name: "the live count is stale", rule: "*=4/1s", live: 2, idle: time.Minute, units: 1},
+		{name: "more units than the share", rule: "*=4/1s", live: 2, units: 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				store := &flakyStore{MemoryStore: NewMemoryStore(), live: c.live}
+				defer store.Close()
+				rules, err := ParseRules(c.rule)
+				require.NoError(t, err)
+				tr, err := New(rules, WithStore(store), WithLogger(quietLogger()))
+				require.NoError(t, err)
+				defer tr.Close()
+				require.NoError(t, tr.Wait(context.Background(), "example.com"))
+				time.Sleep(c.idle)
+				store.fail.Store(true)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				before := store.reserves.Load()
+				err = tr.WaitN(ctx, "example.com", c.units)
+				require.ErrorIs(t, err, ErrStoreUnavailable)
+				require.Less(t, store.reserves.Load()-before, int64(40), "it waits for the store, it does not spin")
+			})
+		})
+	}
+}
+
+func TestFleetPauseHoldsInTheFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore(), live: 2}
+		defer store.Close()
+		rules, err := ParseRules("*=4/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+		// Another process pauses the target; this one learns it from a reply.
+		_, err = store.MemoryStore.Pause(ctx, "example.com", time.Minute)
+		require.NoError(t, err)
+		d, err := tr.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		store.fail.Store(true)
+		start := time.Now()
+		require.NoError(t, tr.Wait(ctx, "example.com"))
+		require.GreaterOrEqual(t, time.Since(start), time.Minute, "the fleet's pause holds in the local fallback")
+	})
 }

@@ -71,8 +71,10 @@ func (tg *target) degradedNow(t *Throttler) error {
 		// store is back.
 		share, _ := t.share(tg)
 		entries = t.local.entries(tg.name, tg.lim.Window, seed)
-		if others := (live - 1) * share.Limit; others > 0 {
-			entries = append(entries, Entry{ID: nextID(), N: min(others, tg.lim.Limit), Age: -(t.cfg.probeInterval + t.cfg.grace)})
+		// Every process names the placeholders alike, so the processes
+		// that come back one after another do not stack them up.
+		for i := range min((live-1)*share.Limit, tg.lim.Limit) {
+			entries = append(entries, Entry{ID: SharedEntry | uint64(i+1), N: 1, Age: -(t.cfg.probeInterval + t.cfg.grace)})
 		}
 	}
 	if err := t.store.Restore(ctx, tg.name, tg.lim.Window, entries); err != nil {

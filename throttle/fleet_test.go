@@ -173,7 +173,7 @@ func TestFleetSurvivesRedisRestart(t *testing.T) {
 	}
 
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
 	defer cancel()
 	var mu sync.Mutex
 	var admitted []time.Time
@@ -216,10 +216,12 @@ func TestFleetSurvivesRedisRestart(t *testing.T) {
 		return n
 	}
 	t.Logf("admitted: %d before the kill, %d during the outage, %d after the restart",
-		count(0, time.Second), count(time.Second, 3500*time.Millisecond), count(3500*time.Millisecond, 5*time.Second))
+		count(0, time.Second), count(time.Second, 3500*time.Millisecond), count(3500*time.Millisecond, 6*time.Second))
 	require.True(t, sawFallback.Load(), "the throttler must report its fallback")
 	require.LessOrEqual(t, peak(admitted, window), limit, "admissions in one window across the failure and the recovery")
 	require.Positive(t, count(2*time.Second, 3500*time.Millisecond), "the local fallback admits during a long outage")
-	require.Positive(t, count(4*time.Second, 5*time.Second), "the fleet admits again after the restart")
+	// Recovery holds the target for up to about two windows (each process's
+	// replayed admissions plus placeholders for the others' shares).
+	require.Positive(t, count(5*time.Second, 6*time.Second), "the fleet admits again after the restart")
 	require.Equal(t, ModeStore, throttlers[0].Mode())
 }

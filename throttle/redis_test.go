@@ -201,3 +201,23 @@ func TestLostLogHoldsTheTarget(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0), "the heartbeat made anew after the restart has a TTL")
 }
+
+func TestSharedPlaceholdersCountOnce(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	ctx := context.Background()
+	var entries []Entry
+	for i := range 3 {
+		entries = append(entries, Entry{ID: SharedEntry | uint64(i+1), N: 1, Age: -time.Second})
+	}
+	for range 2 { // two processes come back and restore the same placeholders
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		require.NoError(t, s.Restore(ctx, "example.com", 10*time.Second, append(entries, Entry{ID: nextID(), N: 1, Age: time.Second})))
+	}
+	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	n, err := client.ZCard(ctx, s.keys("example.com")[0]).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(3+2), n, "3 shared placeholders once, and each process's own entry")
+}

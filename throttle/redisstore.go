@@ -165,6 +165,9 @@ func (s *RedisStore) nowArg() string {
 }
 
 func (s *RedisStore) member(id uint64) string {
+	if id&SharedEntry != 0 {
+		return "shared." + strconv.FormatUint(id&^SharedEntry, 36)
+	}
 	return s.proc + "." + strconv.FormatUint(id, 36)
 }
 

@@ -82,3 +82,8 @@ type Entry struct {
 	N   int
 	Age time.Duration
 }
+
+// SharedEntry marks the ID of a placeholder that every process names alike:
+// in a RedisStore, the same placeholder restored by several processes is one
+// entry, not one per process.
+const SharedEntry uint64 = 1 << 63

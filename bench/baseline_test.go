@@ -88,7 +88,7 @@ func BenchmarkRedisBenchmarkTool(b *testing.B) {
 // liveness, one request with no wait).
 func slidingArgs(tag, limit, windowUS, member string) []string {
 	return []string{tag + "log", tag + "pause", tag + "procs",
-		"reserve", "", limit, windowUS, "0", "bench", "10000000", "1", member, "1", "0"}
+		"reserve", "", limit, windowUS, "0", "bench", "10000000", "0", "1", member, "1", "0"}
 }
 
 // parseRPS reads the requests per second from redis-benchmark --csv.

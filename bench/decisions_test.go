@@ -31,7 +31,7 @@ var decisionScenarios = []decisionScenario{
 // both libraries write on every call. Refused: a small limit per hour, filled
 // before the run, so every call is a refusal.
 const (
-	allowedRule  = "1000000000/1s"
+	allowedRule  = "100000/100ms"
 	refusedLimit = 10
 	refusedRule  = "10/1h"
 )

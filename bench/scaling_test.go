@@ -198,7 +198,7 @@ func BenchmarkLogSize(b *testing.B) {
 // BenchmarkTargets measures Allow round-robin over T pre-populated targets,
 // 1 goroutine, Redis and memory store. refused: every target holds one entry
 // of a 1/1h limit, so the state never changes. allowed: the same keys under a
-// 1e9/1h limit, so each call adds an entry to its target's log. The memory
+// 100000/10ms limit (the most a rule allows), so each call adds an entry to its target's log. The memory
 // store also runs 200,000 targets, past the Throttler's 100,000-host cache.
 func BenchmarkTargets(b *testing.B) {
 	srv := startRedis(b)
@@ -217,13 +217,13 @@ func BenchmarkTargets(b *testing.B) {
 				c, prefix := srv.client(b), keyPrefix()
 				var w1, w2 *warnCounter
 				refusing, w1 = redisThrottler(b, c, prefix, "1/1h")
-				admitting, w2 = redisThrottler(b, c, prefix, "1000000000/1h")
+				admitting, w2 = redisThrottler(b, c, prefix, "100000/10ms")
 				warns = append(warns, w1, w2)
 			} else {
 				ms := throttle.NewMemoryStore()
 				b.Cleanup(func() { _ = ms.Close() })
 				refusing = newThrottler(b, "1/1h", throttle.WithStore(ms))
-				admitting = newThrottler(b, "1000000000/1h", throttle.WithStore(ms))
+				admitting = newThrottler(b, "100000/10ms", throttle.WithStore(ms))
 			}
 			if err := parallelFill(8, t, func(i int) error {
 				_, err := refusing.Allow(ctx, hs[i])
@@ -257,7 +257,7 @@ func BenchmarkTargets(b *testing.B) {
 				runGoroutines(b, 1, func(i int) error {
 					d, err := admitting.Allow(ctx, hs[i%t])
 					if err == nil && !d.Allowed {
-						err = fmt.Errorf("refused under a 1e9/1h limit")
+						err = fmt.Errorf("refused under a 100000/10ms limit")
 					}
 					return err
 				})

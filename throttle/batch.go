@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -92,7 +93,29 @@ func (t *Throttler) runBatches(tg *target, batch []*waiter) {
 	} else {
 		rest = nil
 	}
+	decided := false
+	defer func() {
+		if decided {
+			return
+		}
+		// The store panicked: fail this batch and the queue rather than
+		// leave the target busy forever, then let the panic go on.
+		r := recover()
+		err := fmt.Errorf("throttle: %q: store call panicked: %v", tg.name, r)
+		tg.mu.Lock()
+		queued := tg.queue
+		tg.queue, tg.busy = nil, false
+		tg.mu.Unlock()
+		for _, w := range slices.Concat(batch, rest, queued) {
+			w.err = err
+			if w != self {
+				close(w.ready)
+			}
+		}
+		panic(r)
+	}()
 	t.decide(tg, batch)
+	decided = true
 	for _, w := range batch {
 		if w != self {
 			close(w.ready)

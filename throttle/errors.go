@@ -21,8 +21,9 @@ var (
 	// context's deadline. Nothing was reserved.
 	ErrWouldExceedDeadline = errors.New("slot is past the context deadline")
 
-	// ErrStoreUnavailable is wrapped when the store fails under the closed
-	// policy and the context ends before it answers again.
+	// ErrStoreUnavailable is wrapped when the store fails and the failure
+	// policy waits for it (FailClosed, or FailLocal with no safe share),
+	// and the context ends before it answers again.
 	ErrStoreUnavailable = errors.New("store unavailable")
 
 	// ErrClosed is returned by every call after Close.
@@ -30,9 +31,13 @@ var (
 )
 
 // waitError wraps ctx's error with the target, so callers can still match
-// context.Canceled and context.DeadlineExceeded.
+// context.Canceled and context.DeadlineExceeded, and the cause when the
+// context was cancelled with one.
 func waitError(ctx context.Context, target string) error {
-	return fmt.Errorf("throttle: wait for %q: %w", target, context.Cause(ctx))
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		return fmt.Errorf("throttle: wait for %q: %w: %w", target, ctx.Err(), cause)
+	}
+	return fmt.Errorf("throttle: wait for %q: %w", target, ctx.Err())
 }
 
 func deadlineError(target string, delay time.Duration) error {

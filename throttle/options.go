@@ -16,8 +16,10 @@ const (
 	DefaultMargin = 50 * time.Millisecond
 
 	// DefaultStoreTimeout bounds each store call; past it the call counts as
-	// a store failure and the failure policy applies.
-	DefaultStoreTimeout = 50 * time.Millisecond
+	// a store failure and the failure policy applies. It is below the
+	// margin: a slot's local time is the middle of the call's round trip,
+	// wrong by at most half of it.
+	DefaultStoreTimeout = 30 * time.Millisecond
 
 	// DefaultMaxPause caps every fleet-wide pause, however long the target
 	// (or a broken header) asks for.
@@ -44,12 +46,22 @@ const (
 	// Entering the fallback, the local log starts full at the booking
 	// horizon (WithMaxAhead), the furthest any process can have booked, so
 	// the first local admission comes a whole window after every slot the
-	// fleet booked before the failure. Leaving it, the process replays its
-	// local admissions into the store and adds placeholders for the other
-	// processes' shares, dated RecoveryGrace ahead, so their last local
-	// admissions count too. A process that never heard from the store how
-	// many processes share a target waits for the store, as FailClosed does.
-	// The store is probed on a fresh connection every ProbeInterval.
+	// fleet booked before the failure. Local bookings reach at most one
+	// probe interval ahead. Leaving it, the process replays its local
+	// admissions into the store and adds placeholders for the other
+	// processes' shares (named alike in every process, so they count once),
+	// dated a probe interval plus RecoveryGrace ahead, so their last local
+	// admissions count too; the target may be held for up to about two
+	// windows after a recovery. A process waits for the store, as
+	// FailClosed does, when no share is safe: it never heard how many
+	// processes share the target, or not within the liveness before the
+	// failure, or they outnumber the limit's units, or a request asks for
+	// more units than the share. The store is probed on a fresh connection
+	// once every ProbeInterval for all targets.
+	//
+	// What FailLocal cannot see: a process that made no call for a target
+	// during the outage does not know the others admitted locally, and
+	// around a recovery may add its own share to theirs in one window.
 	FailLocal FailurePolicy = iota
 	// FailOpen admits every request while the store fails. The target's
 	// limit is no longer kept; use it only where availability matters more.

@@ -43,15 +43,9 @@ func ParseRule(s string) (Rule, error) {
 	if err != nil {
 		return fail("limit is not a whole number")
 	}
-	if limit < 1 {
-		return fail("limit must be at least 1")
-	}
 	window, err := time.ParseDuration(strings.TrimSpace(win))
 	if err != nil {
 		return fail("window is not a duration")
-	}
-	if window <= 0 {
-		return fail("window must be positive")
 	}
 	r := Rule{Limit: limit, Window: window}
 	if opts != "" {
@@ -67,18 +61,33 @@ func ParseRule(s string) (Rule, error) {
 			r.Gap = gap
 		}
 	}
+	if err := r.Validate(); err != nil {
+		return fail(strings.TrimPrefix(err.Error(), fmt.Sprintf("%v %s: ", ErrBadRule, r)))
+	}
 	return r, nil
 }
+
+// Bounds of a Rule. A log keeps one entry per admitted unit for a window
+// (about 130 bytes each in Redis), so the limit is bounded; stores count in
+// microseconds, so windows and gaps are at least one millisecond and one
+// microsecond; and a window past a year is a mistake.
+const (
+	MaxLimit  = 100_000
+	MinWindow = time.Millisecond
+	MaxWindow = 366 * 24 * time.Hour
+)
 
 // Validate reports whether r can be used, with an error wrapping ErrBadRule.
 func (r Rule) Validate() error {
 	switch {
 	case r.Limit < 1:
 		return fmt.Errorf("%w %s: limit must be at least 1", ErrBadRule, r)
-	case r.Window <= 0:
-		return fmt.Errorf("%w %s: window must be positive", ErrBadRule, r)
-	case r.Gap < 0:
-		return fmt.Errorf("%w %s: gap must not be negative", ErrBadRule, r)
+	case r.Limit > MaxLimit:
+		return fmt.Errorf("%w %s: limit must be at most %d (the log keeps one entry per request in the window)", ErrBadRule, r, MaxLimit)
+	case r.Window < MinWindow || r.Window > MaxWindow:
+		return fmt.Errorf("%w %s: window must be from %v to %v", ErrBadRule, r, MinWindow, MaxWindow)
+	case r.Gap < 0 || r.Gap > 0 && r.Gap < time.Microsecond:
+		return fmt.Errorf("%w %s: gap must be 0 or at least 1µs", ErrBadRule, r)
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ type Grant struct {
 
 // State describes a target's log after a Reserve call.
 type State struct {
-	Remaining  int           // units that could still be admitted now, 0 while paused
+	Remaining  int           // units the window still has room for, 0 while paused (a gap may still delay them)
 	ResetAfter time.Duration // until the log is empty; 0 when it is already
 	Live       int           // processes seen on this target lately, this one included
 	Tail       time.Duration // until the latest entry's slot; 0 when none is in the future

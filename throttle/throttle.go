@@ -45,7 +45,7 @@ type hostEntry struct {
 // the target's log looks like. Durations of 0 mean "no wait".
 type Decision struct {
 	Allowed    bool          // the units were admitted and recorded
-	Remaining  int           // units that could still be admitted now
+	Remaining  int           // units the window still has room for (a gap or queued bookings may still delay them)
 	RetryAfter time.Duration // when not allowed: until the earliest slot
 	ResetAfter time.Duration // until the target's log is empty
 }
@@ -100,6 +100,8 @@ func New(rules *Rules, opts ...Option) (*Throttler, error) {
 		return nil, errorf("probe interval %v must be positive", c.probeInterval)
 	case c.grace < 0:
 		return nil, errorf("recovery grace %v must not be negative", c.grace)
+	case c.maxAhead < 0:
+		return nil, errorf("max ahead %v must not be negative", c.maxAhead)
 	case c.maxBatch < 1:
 		return nil, errorf("max batch %d must be at least 1", c.maxBatch)
 	case c.policy < FailLocal || c.policy > FailClosed:
@@ -209,8 +211,9 @@ func (r *Reservation) Delay() time.Duration { return max(0, r.at.Sub(r.t.cfg.now
 // Target returns the name of the quota the reservation counts against.
 func (r *Reservation) Target() string { return r.tg.name }
 
-// Cancel removes the reservation from the log, so later waiters move up. Call
-// it only for units that were not sent. Cancelling twice is a no-op.
+// Cancel removes the reservation from the log, so that requests booked after
+// it can have its slot (bookings already made keep theirs). Call it only for
+// units that were not sent. Cancelling twice is a no-op.
 func (r *Reservation) Cancel(ctx context.Context) error {
 	if r.done.Swap(true) {
 		return nil
@@ -383,9 +386,11 @@ func decision(st State, g Grant) Decision {
 }
 
 // Pause holds every request to host's target, fleet-wide, for d (capped at
-// the maximum pause): nothing is admitted until it ends, and waiters get its
-// end as their slot. A pause only ever grows. It returns what is left of the
-// pause. The pause is also kept locally, so it holds in the fallback too.
+// the maximum pause): nothing is booked before it ends, and later waiters
+// get its end as their slot. Slots booked before the pause keep their time;
+// a caller that sleeps towards one should check Paused before sending (the
+// transport package does). A pause only ever grows. It returns what is left
+// of the pause. The pause is also kept locally, so it holds in the fallback.
 func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (time.Duration, error) {
 	if t.closed.Load() {
 		return 0, ErrClosed
@@ -430,7 +435,7 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 		key = registrableDomain(name)
 	case ByIP:
 		if key, err = resolveIP(ctx, t.cfg.resolver, name); err != nil {
-			return nil, fmt.Errorf("throttle: %w: %w", ErrBadTarget, err)
+			return nil, fmt.Errorf("throttle: key by IP: %w", err) // may be transient: not ErrBadTarget
 		}
 		expires = t.cfg.now().Add(time.Minute)
 	}

@@ -390,7 +390,7 @@ func TestMemoryStoreSweepsIdleTargets(t *testing.T) {
 // concurrent caller is refused (a clock read outside the lock once made a
 // caller older than the entry just written before it).
 func TestConcurrentAllowNeverRefusesWithRoom(t *testing.T) {
-	rules, err := ParseRules("*=1000000000/10ms")
+	rules, err := ParseRules("*=100000/1ms")
 	require.NoError(t, err)
 	tr, err := New(rules, WithMargin(0))
 	require.NoError(t, err)
@@ -496,4 +496,34 @@ func TestFleetPauseHoldsInTheFallback(t *testing.T) {
 		require.NoError(t, tr.Wait(ctx, "example.com"))
 		require.GreaterOrEqual(t, time.Since(start), time.Minute, "the fleet's pause holds in the local fallback")
 	})
+}
+
+// panicStore panics once, then behaves.
+type panicStore struct {
+	*MemoryStore
+	panicked atomic.Bool
+}
+
+func (s *panicStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	if !s.panicked.Swap(true) {
+		panic("broken store")
+	}
+	return s.MemoryStore.Reserve(ctx, target, lim, reqs, grants)
+}
+
+func TestAPanickingStoreDoesNotWedgeTheTarget(t *testing.T) {
+	store := &panicStore{MemoryStore: NewMemoryStore()}
+	defer store.Close()
+	rules, err := ParseRules("*=10/1s")
+	require.NoError(t, err)
+	tr, err := New(rules, WithStore(store))
+	require.NoError(t, err)
+	defer tr.Close()
+	func() {
+		defer func() { require.Equal(t, "broken store", recover()) }()
+		_ = tr.Wait(context.Background(), "example.com")
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	require.NoError(t, tr.Wait(ctx, "example.com"), "the next waiter is served")
 }

@@ -18,7 +18,7 @@ import (
 //	go test ./transport -run '^$' -bench . -benchmem -count 3
 
 // benchRule is high enough that no request ever waits.
-const benchRule = "*=1000000000/100ms"
+const benchRule = "*=100000/1ms"
 
 func BenchmarkBare(b *testing.B) {
 	benchmarkClient(b, func(base http.RoundTripper) http.RoundTripper { return base })

@@ -84,8 +84,12 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w %s: limit must be at least 1", ErrBadRule, r)
 	case r.Limit > MaxLimit:
 		return fmt.Errorf("%w %s: limit must be at most %d (the log keeps one entry per request in the window)", ErrBadRule, r, MaxLimit)
-	case r.Window < MinWindow || r.Window > MaxWindow:
-		return fmt.Errorf("%w %s: window must be from %v to %v", ErrBadRule, r, MinWindow, MaxWindow)
+	case r.Window <= 0:
+		return fmt.Errorf("%w %s: window must be positive", ErrBadRule, r)
+	case r.Window < MinWindow:
+		return fmt.Errorf("%w %s: window must be at least %v", ErrBadRule, r, MinWindow)
+	case r.Window > MaxWindow:
+		return fmt.Errorf("%w %s: window must be at most 366 days", ErrBadRule, r)
 	case r.Gap < 0 || r.Gap > 0 && r.Gap < time.Microsecond:
 		return fmt.Errorf("%w %s: gap must be 0 or at least 1µs", ErrBadRule, r)
 	}

@@ -139,3 +139,21 @@ func TestEscapeTag(t *testing.T) {
 	require.Equal(t, "a%7Bb%7Dc%25", escapeTag("a{b}c%"))
 	require.Equal(t, "example.com", escapeTag("example.com"))
 }
+
+func TestRuleBounds(t *testing.T) {
+	for _, tt := range []struct{ in, why string }{
+		{"100001/1s", "limit must be at most 100000"},
+		{"1/999us", "window must be at least 1ms"},
+		{"1/8785h", "window must be at most 366 days"},
+		{"1/1s,gap=1ns", "gap must be 0 or at least 1µs"},
+	} {
+		t.Run(tt.in, func(t *testing.T) {
+			_, err := ParseRule(tt.in)
+			require.ErrorIs(t, err, ErrBadRule)
+			require.ErrorContains(t, err, tt.why)
+		})
+	}
+	r, err := ParseRule("100000/8784h")
+	require.NoError(t, err)
+	require.Equal(t, Rule{Limit: MaxLimit, Window: MaxWindow}, r)
+}

@@ -18,6 +18,10 @@ const (
 	// connection can be reused; past it the connection is closed instead.
 	maxDrain = 64 << 10
 
+	// drainTimeout bounds the drain of a discarded body: a target that
+	// stalls a body it sent no more of must not hold a retry.
+	drainTimeout = time.Second
+
 	// slept is the wait past which a pause may have begun while this
 	// request slept, so it is checked before sending.
 	slept = time.Millisecond
@@ -229,10 +233,17 @@ func (tr *Transport) wait(ctx context.Context, host string) error {
 		if err := sleepFor(ctx, r, d-pauseCheckLead); err != nil {
 			return err
 		}
-		if left, _ := tr.t.Paused(ctx, host); left <= 0 { // on a store error, the local copy answers
+		left, _ := tr.t.Paused(ctx, host) // on a store error, the local copy answers
+		if left <= 0 {
 			return sleepFor(ctx, r, r.Delay())
 		}
+		// Give the slot back and sit the pause out before booking again
+		// (a pause known only locally would otherwise hand out the same
+		// early slot again and again).
 		_ = r.Cancel(context.WithoutCancel(ctx))
+		if err := sleep(ctx, left); err != nil {
+			return fmt.Errorf("wait for %q: %w", r.Target(), err)
+		}
 	}
 }
 
@@ -277,12 +288,14 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // discard drains a little of resp's body, so its connection can be
-// reused, and closes it.
+// reused, and closes it. A body that stalls is closed after drainTimeout.
 func discard(resp *http.Response) {
 	if resp.Body == nil {
 		return
 	}
+	stop := time.AfterFunc(drainTimeout, func() { _ = resp.Body.Close() })
 	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+	stop.Stop()
 	_ = resp.Body.Close()
 }
 

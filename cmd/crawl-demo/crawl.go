@@ -75,7 +75,11 @@ func crawlFiles(ctx context.Context, cfg *config, in io.Reader, out io.Writer, s
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 1
 	}
-	if sum.urls != sum.ok || ctx.Err() != nil {
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "crawl-demo: interrupted after reading %d URLs: each has its line, the rest of the input was not read\n", sum.urls)
+		return 1
+	}
+	if sum.urls != sum.ok {
 		return 1
 	}
 	return 0
@@ -244,7 +248,9 @@ func readLines(r io.Reader, max int, line func(s string, tooLong bool), more fun
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		if err == nil || len(buf) > 0 {
+		// A last line without a newline is a line; a partial one cut by a
+		// read error is not, and is not fetched.
+		if err == nil || errors.Is(err, io.EOF) && len(buf) > 0 {
 			line(strings.TrimRight(string(buf), "\r\n"), tooLong)
 		}
 		if err != nil {

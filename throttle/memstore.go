@@ -15,7 +15,9 @@ import (
 // runs until Close. MemoryStore is safe for concurrent use.
 type MemoryStore struct {
 	now     func() time.Time
-	targets sync.Map // string -> *memTarget
+	epoch   time.Time // the clock at NewMemoryStore
+	base    int64     // epoch in unix µs
+	targets sync.Map  // string -> *memTarget
 
 	stop     chan struct{}
 	done     chan struct{}
@@ -58,6 +60,8 @@ func NewMemoryStore(opts ...MemoryOption) *MemoryStore {
 	for _, o := range opts {
 		o(s, &sweep)
 	}
+	s.epoch = s.now()
+	s.base = s.epoch.UnixMicro()
 	if sweep > 0 {
 		go s.sweeper(sweep)
 	} else {
@@ -89,7 +93,7 @@ func (s *MemoryStore) sweeper(every time.Duration) {
 
 // sweep forgets every target whose log and pause have run out.
 func (s *MemoryStore) sweep() {
-	now := s.now().UnixMicro()
+	now := s.micros(s.now())
 	s.targets.Range(func(k, v any) bool {
 		t := v.(*memTarget)
 		t.mu.Lock()
@@ -101,6 +105,13 @@ func (s *MemoryStore) sweep() {
 		t.mu.Unlock()
 		return true
 	})
+}
+
+// micros is t in unix µs, counted from the store's start on the monotonic
+// clock when t has one, so that a step of the wall clock (NTP) does not
+// stretch or shrink a window.
+func (s *MemoryStore) micros(t time.Time) int64 {
+	return s.base + t.Sub(s.epoch).Microseconds()
 }
 
 // lock returns target name's state, locked. A state the sweeper removed
@@ -155,7 +166,7 @@ func (s *MemoryStore) reserve(target string, lim Limit, reqs []Request, grants [
 	// The clock is read under the lock: a time read before it could be
 	// older than an entry another caller wrote meanwhile.
 	nowT := s.now()
-	now := nowT.UnixMicro()
+	now := s.micros(nowT)
 	t.window = window
 	t.trim(now, window)
 	pause := t.pause
@@ -236,7 +247,7 @@ func (s *MemoryStore) Cancel(ctx context.Context, target string, id uint64, n in
 func (s *MemoryStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
 	t := s.lock(target)
 	defer t.mu.Unlock()
-	now := s.now().UnixMicro()
+	now := s.micros(s.now())
 	if d > 0 && now+d.Microseconds() > t.pause {
 		t.pause = now + d.Microseconds()
 		if t.window == 0 {
@@ -254,7 +265,7 @@ func (s *MemoryStore) Restore(ctx context.Context, target string, window time.Du
 	w := window.Microseconds()
 	t := s.lock(target)
 	defer t.mu.Unlock()
-	now := s.now().UnixMicro()
+	now := s.micros(s.now())
 	t.window = max(t.window, w)
 	for _, e := range entries {
 		at := now - e.Age.Microseconds()
@@ -285,7 +296,7 @@ func (s *MemoryStore) entries(target string, window time.Duration, skip uint64) 
 	t := v.(*memTarget)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := s.now().UnixMicro()
+	now := s.micros(s.now())
 	var out []Entry
 	for _, e := range t.log[t.head:] {
 		if e.id == skip || e.at <= now-window.Microseconds() {

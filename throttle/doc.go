@@ -14,14 +14,18 @@
 // ANY interval of length Window+margin is at most Limit. A token bucket or
 // GCRA configured "N per W" lets up to 2N-1 requests into one window, which
 // is what gets a fleet banned; the log never does. The margin (DefaultMargin)
-// absorbs the spread between admission and arrival at the target.
+// absorbs the spread between admission and arrival at the target. The
+// guarantee is the store's: across a store failure it is kept as far as the
+// FailurePolicy can (see FailLocal for what it cannot see).
 //
 // # Reservations, not polling
 //
 // When a window is full the store books the earliest slot that keeps the
 // guarantee (first come, first served) and Wait sleeps exactly until then,
-// holding no lock. One store call per admission in steady state; concurrent
-// waiters of one process on one target share a call. If the context ends
+// holding no lock. At most one store call per admission in steady state;
+// concurrent waiters of one process on one target share a call. Bookings
+// reach at most one window ahead (WithMaxAhead); a waiter further back
+// sleeps until its slot comes within reach. If the context ends
 // first, the slot is released; if the slot lies past the context's deadline,
 // nothing is booked and the error matches context.DeadlineExceeded.
 //

@@ -137,12 +137,12 @@ func (t *Throttler) runBatches(tg *target, batch []*waiter) {
 // decide fills in every waiter's result: from the store, or from the failure
 // policy when the store fails.
 func (t *Throttler) decide(tg *target, batch []*waiter) {
-	reqs := make([]Request, len(batch))
-	grants := make([]Grant, len(batch))
-	for i, w := range batch {
-		reqs[i] = w.req
-	}
 	if tg.degradedNow(t) == nil {
+		reqs := make([]Request, len(batch))
+		grants := make([]Grant, len(batch))
+		for i, w := range batch {
+			reqs[i] = w.req
+		}
 		st, at, err := t.storeReserve(tg, reqs, grants)
 		if err == nil {
 			for i, w := range batch {

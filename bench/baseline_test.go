@@ -85,10 +85,10 @@ func BenchmarkRedisBenchmarkTool(b *testing.B) {
 
 // slidingArgs are the keys and arguments of one fleetgate reserve of one
 // unit, the way RedisStore.Reserve sends them (server clock, no gap, 10s
-// liveness, one request with no wait).
+// liveness with no heartbeat due, one request with no wait).
 func slidingArgs(tag, limit, windowUS, member string) []string {
 	return []string{tag + "log", tag + "pause", tag + "procs",
-		"reserve", "", limit, windowUS, "0", "bench", "10000000", "0", "1", member, "1", "0"}
+		"reserve", "", "bench", limit, windowUS, "0", "-10000000", "0", "1", member, "1", "0"}
 }
 
 // parseRPS reads the requests per second from redis-benchmark --csv.

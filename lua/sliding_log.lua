@@ -6,18 +6,23 @@
 -- Redis Cluster slot. Times are integer microseconds of the Redis server's
 -- clock (TIME), so every worker shares one timeline whatever its own clock.
 --
--- KEYS[1] log    sorted set: member = one admitted unit, score = its slot (us)
--- KEYS[2] pause  string: the end of the fleet-wide pause (us)
--- KEYS[3] procs  sorted set: member = process id, score = last seen (us)
+-- KEYS: three per target, in this order:
+--   log    sorted set: member = one admitted unit, score = its slot (us)
+--   pause  string: the end of the fleet-wide pause (us)
+--   procs  sorted set: member = process id, score = last seen (us)
+-- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
+-- one or more (on a single node, where keys of many slots may meet).
 --
 -- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore"
 -- ARGV[2] now: "" to read the server clock (production); tests may pass us.
 --
--- reserve: ARGV[3] limit, [4] window us, [5] gap us, [6] process id,
---          [7] liveness us (negative: only mark this process live, do
---          not trim the heartbeat set), [8] the latest slot (us) this
---          process has seen in the log, 0 if none, [9] count k, then k
---          triples: member prefix, units n, max wait us (-1: no bound).
+-- reserve: ARGV[3] process id, then for each target, in KEYS order, a block:
+--          limit, window us, gap us,
+--          heartbeat: the liveness us; positive: mark this process live,
+--            drop processes not seen for that long and renew the TTL;
+--            negative: only mark it if the set is empty (Redis lost it),
+--          the latest slot (us) this process has seen in the log, 0 if none,
+--          count k, then k triples: member, units n, max wait us (-1: none).
 --   If the log is empty although that slot is still inside the window,
 --   Redis has lost the log (a restart, a failover): the target is paused
 --   until a window after that slot, as if the lost log had been full.
@@ -27,8 +32,9 @@
 --   least gap after the latest entry, and at least window after the
 --   (limit-n+1)-th most recent entry. A request whose slot is further away
 --   than its max wait is refused and writes nothing.
---   Reply: {now, remaining, reset us, live, tail us, pause us,
---           then per request: granted (1/0), delay us}.
+--   Reply: {now, then per target: remaining, reset us (until the log is
+--           empty), live processes, pause us, then per request: the delay
+--           us to its slot when granted, or -1 - that delay when refused}.
 -- cancel:  ARGV[3..] members to remove. Reply: {now, removed, the last
 --          entry's slot or 0 when the log is now empty}.
 -- pause:   ARGV[3] duration us (0 reads the pause). The pause only grows.
@@ -38,6 +44,10 @@
 
 local log, pausekey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
+
+-- Numbers go to Redis as strings made with %d: Redis would format a Lua
+-- number with %.17g, which costs more than the command itself.
+local fmt = string.format
 
 local now = tonumber(ARGV[2])
 if not now then
@@ -49,7 +59,7 @@ local function pexpire_until(key, until_us)
   -- A TTL in whole milliseconds, never 0: the key outlives its last use.
   local ms = math.floor((until_us - now) / 1000) + 1
   if ms < 1 then ms = 1 end
-  redis.call('PEXPIRE', key, ms)
+  redis.call('PEXPIRE', key, fmt('%d', ms))
 end
 
 local function pause_until()
@@ -59,105 +69,119 @@ local function pause_until()
 end
 
 local function last_score()
-  local last = redis.call('ZRANGE', log, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', log, '-1', '-1', 'WITHSCORES')
   if #last == 2 then return tonumber(last[2]) end
   return nil
 end
 
 if op == 'reserve' then
-  local limit = tonumber(ARGV[3])
-  local window = tonumber(ARGV[4])
-  local gap = tonumber(ARGV[5])
-  local proc = ARGV[6]
-  local liveness = tonumber(ARGV[7])
-  local seen = tonumber(ARGV[8])
-  local k = tonumber(ARGV[9])
-  if not (limit and window and gap and liveness and seen and k) or limit < 1 or window < 1 then
-    return redis.error_reply('fleetgate: bad reserve arguments')
-  end
-
-  redis.call('ZREMRANGEBYSCORE', log, '-inf', now - window)
-  local pause = pause_until()
-  -- card and last follow every write below, so each is read once.
-  local card = redis.call('ZCARD', log)
-  local last = nil
-  if card > 0 then
-    last = last_score()
-  elseif seen > now - window and seen + window > pause then
-    pause = seen + window -- the log was lost: count it as full
-    redis.call('SET', pausekey, pause)
-    pexpire_until(pausekey, pause)
-  end
-  local out = {}
-  local wrote = false
-  for i = 0, k - 1 do
-    local prefix = ARGV[10 + 3 * i]
-    local n = tonumber(ARGV[11 + 3 * i])
-    local maxwait = tonumber(ARGV[12 + 3 * i])
-    local slot = now
-    if pause > slot then slot = pause end
-    if last then
-      if last > slot then slot = last end
-      if gap > 0 and last + gap > slot then slot = last + gap end
+  local proc = ARGV[3]
+  local reply = {now}
+  local a = 4 -- the next block's first argument
+  for b = 1, #KEYS, 3 do
+    log, pausekey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
+    local limit = tonumber(ARGV[a])
+    local window = tonumber(ARGV[a + 1])
+    local gap = tonumber(ARGV[a + 2])
+    local liveness = tonumber(ARGV[a + 3])
+    local seen = tonumber(ARGV[a + 4])
+    local k = tonumber(ARGV[a + 5])
+    if not (limit and window and gap and liveness and seen and k) or limit < 1 or window < 1 or liveness == 0 then
+      return redis.error_reply('fleetgate: bad reserve arguments')
     end
-    local granted = 0
-    if n and n >= 1 and n <= limit then
-      local idx = card - (limit - n) -- 1-based rank of the (limit-n+1)-th most recent
-      if idx >= 1 then
-        local e = redis.call('ZRANGE', log, idx - 1, idx - 1, 'WITHSCORES')
-        local bound = tonumber(e[2]) + window
-        if bound > slot then slot = bound end
+    a = a + 6
+
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt('%d', now - window))
+    local pause = pause_until()
+    -- card and last follow every write below, so each is read once.
+    local card = redis.call('ZCARD', log)
+    local last = nil
+    if card > 0 then
+      last = last_score()
+    elseif seen > now - window and seen + window > pause then
+      pause = seen + window -- the log was lost: count it as full
+      redis.call('SET', pausekey, fmt('%d', pause))
+      pexpire_until(pausekey, pause)
+    end
+    -- The block's fixed values, filled in once its requests are decided.
+    local base = #reply
+    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = 0, 0, 0, 0
+    local wrote = false
+    for i = 1, k do
+      local member = ARGV[a]
+      local n = tonumber(ARGV[a + 1])
+      local maxwait = tonumber(ARGV[a + 2])
+      a = a + 3
+      local slot = now
+      if pause > slot then slot = pause end
+      if last then
+        if last > slot then slot = last end
+        if gap > 0 and last + gap > slot then slot = last + gap end
       end
-      if maxwait < 0 or slot - now <= maxwait then
-        granted = 1
-        if n == 1 then
-          card = card + redis.call('ZADD', log, slot, prefix)
-        else
-          -- ZADD in chunks: unpack has a stack limit.
-          local args = {}
-          for j = 1, n do
-            args[#args + 1] = slot
-            args[#args + 1] = prefix .. '.' .. j
-            if #args >= 1000 or j == n then
-              card = card + redis.call('ZADD', log, unpack(args))
-              args = {}
+      local granted = false
+      if n and maxwait and n >= 1 and n <= limit then
+        local r = limit - n + 1 -- the (limit-n+1)-th most recent entry bounds the slot
+        if card >= r then
+          local e = redis.call('ZRANGE', log, fmt('%d', -r), fmt('%d', -r), 'WITHSCORES')
+          local bound = tonumber(e[2]) + window
+          if bound > slot then slot = bound end
+        end
+        if maxwait < 0 or slot - now <= maxwait then
+          granted, wrote = true, true
+          if n == 1 then
+            card = card + redis.call('ZADD', log, fmt('%d', slot), member)
+          else
+            -- ZADD in chunks: unpack has a stack limit.
+            local args = {}
+            local score = fmt('%d', slot)
+            for j = 1, n do
+              args[#args + 1] = score
+              args[#args + 1] = member .. '.' .. j
+              if #args >= 1000 or j == n then
+                card = card + redis.call('ZADD', log, unpack(args))
+                args = {}
+              end
             end
           end
+          last = slot
         end
-        last, wrote = slot, true
+      else
+        slot = now + window -- an impossible request: never granted
       end
-    else
-      slot = now + window -- an impossible request: never granted
+      if granted then
+        reply[#reply + 1] = slot - now
+      else
+        reply[#reply + 1] = -1 - (slot - now)
+      end
     end
-    out[#out + 1] = granted
-    out[#out + 1] = slot - now
-  end
-  if wrote then pexpire_until(log, last + window) end
+    if wrote then pexpire_until(log, last + window) end
 
-  -- The heartbeat: every call marks its process live and counts the live
-  -- processes. Trimming the dead and renewing the TTL is done about once a
-  -- second per process and target (a negative liveness skips it; until
-  -- then a stopped process may be counted a little longer, never less).
-  local added = redis.call('ZADD', procs, now, proc)
-  if liveness > 0 then
-    redis.call('ZREMRANGEBYSCORE', procs, '-inf', now - liveness)
-    pexpire_until(procs, now + liveness)
-  elseif added == 1 then -- a new set (after a restart) needs its TTL now
-    pexpire_until(procs, now - liveness)
-  end
-  local live = redis.call('ZCARD', procs)
+    -- The heartbeat: a process marks itself live about once a second per
+    -- target, and at once when Redis has lost the set; every call counts
+    -- the live processes.
+    local live
+    if liveness > 0 then
+      redis.call('ZADD', procs, fmt('%d', now), proc)
+      redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
+      pexpire_until(procs, now + liveness)
+      live = redis.call('ZCARD', procs)
+    else
+      live = redis.call('ZCARD', procs)
+      if live == 0 then
+        redis.call('ZADD', procs, fmt('%d', now), proc)
+        pexpire_until(procs, now - liveness)
+        live = 1
+      end
+    end
 
-  local remaining = limit - card
-  if remaining < 0 or pause > 0 then remaining = 0 end
-  local reset, tail = 0, 0
-  if last then
-    reset = last + window - now
-    if last > now then tail = last - now end
+    local remaining = limit - card
+    if remaining < 0 or pause > 0 then remaining = 0 end
+    local reset = 0
+    if last then reset = last + window - now end
+    local paused = 0
+    if pause > 0 then paused = pause - now end
+    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = remaining, reset, live, paused
   end
-  local paused = 0
-  if pause > 0 then paused = pause - now end
-  local reply = {now, remaining, reset, live, tail, paused}
-  for i = 1, #out do reply[#reply + 1] = out[i] end
   return reply
 
 elseif op == 'cancel' then
@@ -173,7 +197,7 @@ elseif op == 'pause' then
   local cur = pause_until()
   if d > 0 and now + d > cur then
     cur = now + d
-    redis.call('SET', pausekey, cur)
+    redis.call('SET', pausekey, fmt('%d', cur))
     pexpire_until(pausekey, cur)
   end
   local left = 0
@@ -189,7 +213,7 @@ elseif op == 'restore' then
     if age then
       local slot = now - age
       if slot > now - window then
-        added = added + redis.call('ZADD', log, slot, ARGV[i])
+        added = added + redis.call('ZADD', log, fmt('%d', slot), ARGV[i])
       end
     end
   end

@@ -36,23 +36,39 @@ func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		c.n.Add(1)
 		err := next(ctx, cmd)
-		// EVALSHA sha numkeys k1 k2 k3 op ...: a reserve reply is
-		// {now, remaining, reset, live, tail, paused, (granted, delay)...}.
-		if args := cmd.Args(); err == nil && len(args) > 6 && args[6] == "reserve" {
-			if vals, ok := cmd.(*redis.Cmd).Val().([]any); ok && len(vals) >= 6 {
-				now := vals[0].(int64)
-				c.mu.Lock()
-				for i := 6; i+1 < len(vals); i += 2 {
-					if vals[i].(int64) == 1 {
-						c.slots = append(c.slots, time.UnixMicro(now+vals[i+1].(int64)))
-					}
-				}
-				c.mu.Unlock()
-			}
+		// EVALSHA sha numkeys keys... op now proc, then a block per
+		// target: limit window gap heartbeat seen k (member n maxwait)*k.
+		// A reserve reply is {now, then per target: remaining, reset,
+		// live, pause, then a delay per request, negative if refused}.
+		if cmd, ok := cmd.(*redis.IntSliceCmd); ok && err == nil {
+			c.record(cmd.Args(), cmd.Val())
 		}
 		return err
 	}
 }
+
+// record keeps the slots a reserve run granted.
+func (c *scriptCounter) record(args []any, vals []int64) {
+	numKeys, ok := args[2].(int)
+	if !ok || len(args) < 6+numKeys || args[3+numKeys] != "reserve" || len(vals) < 1 {
+		return
+	}
+	now, vals := vals[0], vals[1:]
+	a := 6 + numKeys // the first block
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for a+5 < len(args) && len(vals) >= 4 {
+		k := args[a+5].(int)
+		for _, d := range vals[4 : 4+k] {
+			if d >= 0 {
+				c.slots = append(c.slots, time.UnixMicro(now+d))
+			}
+		}
+		vals = vals[4+k:]
+		a += 6 + 3*k
+	}
+}
+
 func (c *scriptCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }

@@ -139,3 +139,64 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 }
 
 var _ redis.Hook = (*scriptCounter)(nil)
+
+// TestRedisStoreQueuedCallIsNotEarly: a call that waited in the queue was
+// sent later than the middle of the caller's round trip, which is where the
+// caller puts the store's "now"; its durations grow by half the wait, so
+// the caller never places a slot or a pause end before the store did (by
+// more than half the run's own round trip, which the margin absorbs).
+func TestRedisStoreQueuedCallIsNotEarly(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	ctx := context.Background()
+	lim := Limit{Limit: 1, Window: time.Minute}
+	g := make([]Grant, 1)
+	first := time.Now() // the first entry's slot is no earlier
+	_, err = s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1}}, g)
+	require.NoError(t, err)
+	paused := time.Now()
+	_, err = s.Pause(ctx, "example.com", 30*time.Second)
+	require.NoError(t, err)
+
+	s.mu.Lock()
+	s.inflight = storeLanes // every lane busy: the next call queues
+	s.mu.Unlock()
+	type result struct {
+		st         State
+		g          Grant
+		start, end time.Time
+		err        error
+	}
+	done := make(chan result, 1)
+	go func() {
+		g := make([]Grant, 1)
+		start := time.Now()
+		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: -1}}, g)
+		done <- result{st, g[0], start, time.Now(), err}
+	}()
+	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.queue) == 1 }, time.Second, time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	// A lane comes free and hands the queue on, as runBatches does.
+	released := time.Now()
+	s.mu.Lock()
+	next := s.queue
+	s.queue = nil
+	s.mu.Unlock()
+	next[0].lead = next
+	close(next[0].ready)
+
+	r := <-done
+	require.NoError(t, r.err)
+	require.True(t, r.g.OK)
+	mid := r.start.Add(r.end.Sub(r.start) / 2) // where the caller puts the store's now
+	slack := r.end.Sub(released)/2 + time.Millisecond
+	require.False(t, mid.Add(r.g.Delay).Before(first.Add(time.Minute).Add(-slack)),
+		"slot placed %v early", first.Add(time.Minute).Sub(mid.Add(r.g.Delay)))
+	require.False(t, mid.Add(r.st.Paused).Before(paused.Add(30*time.Second).Add(-slack)),
+		"pause end placed %v early", paused.Add(30*time.Second).Sub(mid.Add(r.st.Paused)))
+	s.mu.Lock()
+	require.Equal(t, storeLanes-1, s.inflight, "the handed-on lane is given back")
+	s.inflight = 0
+	s.mu.Unlock()
+}

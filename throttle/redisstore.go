@@ -210,6 +210,23 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	if c.err != nil {
 		return State{}, c.err
 	}
+	// The caller takes the store's "now" for the middle of this call. A
+	// call that queued was sent later than that: every duration grows by
+	// half the wait, so that no slot is placed earlier than it is.
+	if late := c.sent.Sub(c.queued) / 2; !c.queued.IsZero() && late > 0 {
+		for i := range c.grants {
+			c.grants[i].Delay += late
+		}
+		if c.state.ResetAfter > 0 {
+			c.state.ResetAfter += late
+		}
+		if c.state.Tail > 0 {
+			c.state.Tail += late
+		}
+		if c.state.Paused > 0 {
+			c.state.Paused += late
+		}
+	}
 	copy(grants, c.grants)
 	return c.state, nil
 }
@@ -221,6 +238,8 @@ type reserveCall struct {
 	lim    Limit
 	reqs   []Request
 
+	queued time.Time // when it joined the queue; zero if it went at once
+	sent   time.Time // when the run that decided it was sent
 	grants []Grant
 	state  State
 	err    error
@@ -249,7 +268,7 @@ func (s *RedisStore) submit(ctx context.Context, c *reserveCall) error {
 		s.runBatches(ctx, []*reserveCall{c})
 		return nil
 	}
-	c.ready = make(chan struct{})
+	c.ready, c.queued = make(chan struct{}), time.Now()
 	s.queue = append(s.queue, c)
 	s.mu.Unlock()
 	select {
@@ -324,6 +343,10 @@ func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
 			args = append(args, s.member(r.ID), r.N, maxWait)
 		}
 		want += 4 + len(c.reqs)
+	}
+	sent := time.Now()
+	for _, c := range calls {
+		c.sent = sent
 	}
 	vals, err := s.eval(ctx, slidingLog, keys, args, want)
 	if err != nil && len(calls) > 1 && redis.HasErrorPrefix(err, "CROSSSLOT") {

@@ -36,7 +36,7 @@ func newTarget(name string, r Rule, margin time.Duration) *target {
 // waiter is one request in a batch.
 type waiter struct {
 	req   Request
-	ready chan struct{} // closed once: the result is in, or lead is set
+	ready chan struct{} // made when it queues, closed once: the result is in, or lead is set
 
 	lead  []*waiter // set when this waiter must run the next batch
 	grant Grant
@@ -63,6 +63,7 @@ func (t *Throttler) submit(ctx context.Context, tg *target, w *waiter) error {
 		t.runBatches(tg, []*waiter{w})
 		return nil
 	}
+	w.ready = make(chan struct{})
 	tg.queue = append(tg.queue, w)
 	tg.mu.Unlock()
 	select {

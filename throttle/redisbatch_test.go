@@ -103,13 +103,13 @@ func TestRedisStoreBadReply(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	for _, src := range []string{"return {1, 'x'}", "return 'x'", "return {1}", "return 7"} {
-		_, err := s.eval(ctx, newScript(src), nil, nil, 2)
+		_, err := s.eval(ctx, newScript(src), scriptArgs(0, 0), 2)
 		require.ErrorIs(t, err, ErrBadReply, "script %q", src)
 	}
-	_, err = s.eval(ctx, newScript("return redis.error_reply('boom')"), nil, nil, 2)
+	_, err = s.eval(ctx, newScript("return redis.error_reply('boom')"), scriptArgs(0, 0), 2)
 	require.Error(t, err)
 	require.NotErrorIs(t, err, ErrBadReply, "a Redis error is not a bad reply")
-	vals, err := s.eval(ctx, newScript("return {1, 2}"), nil, nil, 2)
+	vals, err := s.eval(ctx, newScript("return {1, 2}"), scriptArgs(0, 0), 2)
 	require.NoError(t, err)
 	require.Equal(t, []int64{1, 2}, vals)
 }

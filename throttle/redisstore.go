@@ -65,10 +65,11 @@ type RedisStore struct {
 
 // redisTarget is what a RedisStore keeps per target between calls.
 type redisTarget struct {
-	keys   []string     // log, pause, heartbeat
-	marked atomic.Int64 // when this process last marked itself live here (unix ns)
-	seen   atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
-	args   atomic.Pointer[limitArgs]
+	keys    []string     // log, pause, heartbeat
+	keyArgs []any        // keys, boxed once for the script's arguments
+	marked  atomic.Int64 // when this process last marked itself live here (unix ns)
+	seen    atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
+	args    atomic.Pointer[limitArgs]
 }
 
 // limitArgs are a Limit's script arguments, boxed once: a target's limit
@@ -201,7 +202,7 @@ func fromUS(v int64) time.Duration { return time.Duration(v) * time.Microsecond 
 // next, one atomic run deciding each target in turn. On a Cluster each
 // target has a run of its own.
 func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
-	c := &reserveCall{rt: s.target(target), target: target, lim: lim, reqs: reqs}
+	c := &reserveCall{rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
 	if !s.batch.Load() {
 		s.reserve(ctx, []*reserveCall{c})
 	} else if err := s.submit(ctx, c); err != nil {
@@ -227,7 +228,6 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 			c.state.Paused += late
 		}
 	}
-	copy(grants, c.grants)
 	return c.state, nil
 }
 
@@ -240,7 +240,7 @@ type reserveCall struct {
 
 	queued time.Time // when it joined the queue; zero if it went at once
 	sent   time.Time // when the run that decided it was sent
-	grants []Grant
+	grants []Grant   // the caller's, written before ready is closed
 	state  State
 	err    error
 	ready  chan struct{} // closed once: the result is in, or lead is set
@@ -320,15 +320,16 @@ func (s *RedisStore) runBatches(ctx context.Context, batch []*reserveCall) {
 func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
 	nkeys, nargs := 0, 3
 	for _, c := range calls {
-		nkeys += len(c.rt.keys)
+		nkeys += len(c.rt.keyArgs)
 		nargs += 6 + 3*len(c.reqs)
 	}
-	keys := make([]string, 0, nkeys)
-	args := make([]any, 0, nargs)
+	args := scriptArgs(nkeys, nkeys+nargs)
+	for _, c := range calls {
+		args = append(args, c.rt.keyArgs...)
+	}
 	args = append(args, "reserve", s.nowArg(), s.procArg)
 	want := 1
 	for _, c := range calls {
-		keys = append(keys, c.rt.keys...)
 		la := c.rt.limitArgs(c.lim, max(s.liveness, 2*c.lim.Window))
 		hb := la.markIfLost
 		if c.rt.heartbeatDue(la.heartbeat) {
@@ -348,7 +349,7 @@ func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
 	for _, c := range calls {
 		c.sent = sent
 	}
-	vals, err := s.eval(ctx, slidingLog, keys, args, want)
+	vals, err := s.eval(ctx, slidingLog, args, want)
 	if err != nil && len(calls) > 1 && redis.HasErrorPrefix(err, "CROSSSLOT") {
 		// A plain client on a cluster-mode server: each target alone, from
 		// now on.
@@ -371,15 +372,14 @@ func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
 	}
 	now, vals := vals[0], vals[1:]
 	for _, c := range calls {
-		c.state, c.grants = c.rt.decode(now, c.lim, vals[:4+len(c.reqs)])
+		c.state = c.rt.decode(now, c.lim, vals[:4+len(c.reqs)], c.grants)
 		vals = vals[4+len(c.reqs):]
 	}
 }
 
 // decode reads one target's part of a reserve reply: remaining, reset, live,
-// pause, then a delay per request (-1 - delay when refused).
-func (rt *redisTarget) decode(now int64, lim Limit, vals []int64) (State, []Grant) {
-	grants := make([]Grant, len(vals)-4)
+// pause, then a delay per request (-1 - delay when refused) into grants.
+func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant) State {
 	for i, d := range vals[4:] {
 		if d >= 0 {
 			grants[i] = Grant{OK: true, Delay: fromUS(d)}
@@ -402,7 +402,7 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64) (State, []Gran
 		Live:       int(vals[2]),
 		Tail:       fromUS(tail),
 		Paused:     fromUS(vals[3]),
-	}, grants
+	}
 }
 
 // target returns target's keys and bookkeeping, made once.
@@ -413,7 +413,8 @@ func (s *RedisStore) target(name string) *redisTarget {
 	if n := s.count.Add(1); n > maxRedisTargets && n%maxRedisTargets == 0 {
 		s.forget(time.Now().Add(-time.Minute).UnixNano())
 	}
-	v, _ := s.targets.LoadOrStore(name, &redisTarget{keys: s.keys(name)})
+	keys := s.keys(name)
+	v, _ := s.targets.LoadOrStore(name, &redisTarget{keys: keys, keyArgs: []any{keys[0], keys[1], keys[2]}})
 	return v.(*redisTarget)
 }
 
@@ -491,28 +492,35 @@ func (s *RedisStore) Restore(ctx context.Context, target string, window time.Dur
 // run executes a one-target op of the script and checks that the reply is
 // an array of at least want integers.
 func (s *RedisStore) run(ctx context.Context, target string, want int, args []any) ([]int64, error) {
-	vals, err := s.eval(ctx, slidingLog, s.target(target).keys, args, want)
+	keys := s.target(target).keyArgs
+	vals, err := s.eval(ctx, slidingLog, slices.Concat(scriptArgs(len(keys), len(keys)+len(args)), keys, args), want)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %s %q: %w", args[0], target, err)
 	}
 	return vals, nil
 }
 
+// scriptArgs returns the start of a script command's arguments, room made
+// for capacity more: the keys, then the script's ARGV.
+func scriptArgs(nkeys, capacity int) []any {
+	return append(make([]any, 0, 3+capacity), "evalsha", "", nkeys)
+}
+
 // eval runs sc with EVALSHA, and with EVAL when the server does not have it
 // (after SCRIPT FLUSH or a restart), reading the reply as integers: a reply
-// of another shape, or shorter than want, wraps ErrBadReply.
-func (s *RedisStore) eval(ctx context.Context, sc script, keys []string, args []any, want int) ([]int64, error) {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, "evalsha", sc.sha, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
-	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewIntSliceCmd(ctx, cmdArgs...)
+// of another shape, or shorter than want, wraps ErrBadReply. args comes from
+// scriptArgs, keys and ARGV appended.
+//
+// It is what redis.Script.Run does (the same EVALSHA, then EVAL), but read
+// through IntSliceCmd: Run's reply is an []any of boxed integers, one
+// allocation each, to be checked one by one.
+func (s *RedisStore) eval(ctx context.Context, sc script, args []any, want int) ([]int64, error) {
+	args[0], args[1] = "evalsha", sc.sha
+	cmd := redis.NewIntSliceCmd(ctx, args...)
 	err := s.client.Process(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmdArgs[0], cmdArgs[1] = "eval", sc.src
-		cmd = redis.NewIntSliceCmd(ctx, cmdArgs...)
+		args[0], args[1] = "eval", sc.src
+		cmd = redis.NewIntSliceCmd(ctx, args...)
 		err = s.client.Process(ctx, cmd)
 	}
 	vals := cmd.Val()

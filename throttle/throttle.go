@@ -289,7 +289,6 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 			_, now := ms.reserve(tg.name, tg.lim, []Request{w.req}, g[:])
 			w.grant, w.at = g[0], now.Add(g[0].Delay)
 		} else {
-			w.ready = make(chan struct{})
 			if err := t.submit(ctx, tg, w); err != nil {
 				return nil, err
 			}
@@ -353,7 +352,7 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 		return t.allowMemory(ctx, ms, tg, n), nil
 	}
 	// Concurrent decisions on one target share store calls, as waits do.
-	w := &waiter{req: Request{ID: nextID(), N: n}, ready: make(chan struct{})}
+	w := &waiter{req: Request{ID: nextID(), N: n}}
 	if err := t.submit(ctx, tg, w); err != nil {
 		return Decision{}, err
 	}

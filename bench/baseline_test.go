@@ -65,19 +65,22 @@ func BenchmarkRedisBenchmarkTool(b *testing.B) {
 	}
 	for _, cmd := range cmds {
 		for _, conns := range []int{1, 8} {
+			// One run of the tool is the measurement. The testing package
+			// may call the function again with a larger b.N when the run
+			// was short; it then reports the same figure.
+			var rps float64
 			b.Run(fmt.Sprintf("%s/c=%d", cmd.name, conns), func(b *testing.B) {
-				if b.N == 1 { // one run of the tool is the measurement
+				if rps == 0 {
 					args := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(srv.Port), "-n", "100000", "-c", strconv.Itoa(conns), "-r", "1000", "--csv"}, cmd.args...)
 					out, err := exec.Command(tool, args...).CombinedOutput()
 					if err != nil {
 						b.Fatalf("redis-benchmark: %v\n%s", err, out)
 					}
-					rps, err := parseRPS(string(out))
-					if err != nil {
+					if rps, err = parseRPS(string(out)); err != nil {
 						b.Fatalf("%v\n%s", err, out)
 					}
-					b.ReportMetric(rps, "ops/s")
 				}
+				b.ReportMetric(rps, "ops/s")
 			})
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -15,9 +16,10 @@ type target struct {
 	rule Rule
 	lim  Limit
 
-	mu    sync.Mutex // guards everything below
-	busy  bool       // a store call for this target is in flight
-	queue []*waiter  // waiters for the next call
+	mu        sync.Mutex // guards everything below
+	busy      bool       // a store call for this target is in flight
+	queue     []*waiter  // waiters for the next call
+	lastBatch int        // waiters in the latest call
 
 	live     int       // the largest live-process count seen lately; 0 until the store answered
 	liveAt   time.Time // when live was last confirmed
@@ -59,8 +61,13 @@ func (t *Throttler) submit(ctx context.Context, tg *target, w *waiter) error {
 	tg.mu.Lock()
 	if !tg.busy {
 		tg.busy = true
+		shared := tg.lastBatch > 1
 		tg.mu.Unlock()
-		t.runBatches(tg, []*waiter{w})
+		batch := []*waiter{w}
+		if shared {
+			batch = t.lateJoiners(tg, batch)
+		}
+		t.runBatches(tg, batch)
 		return nil
 	}
 	w.ready = make(chan struct{})
@@ -79,9 +86,27 @@ func (t *Throttler) submit(ctx context.Context, tg *target, w *waiter) error {
 		<-w.ready // already part of a call: its result comes soon
 	}
 	if w.lead != nil {
-		t.runBatches(tg, w.lead)
+		t.runBatches(tg, t.lateJoiners(tg, w.lead))
 	}
 	return nil
+}
+
+// lateJoiners adds to a batch the waiters that queue while its leader
+// yields once. It runs when the target's calls are shared (a batch handed on
+// by the previous call, or a new one after a shared call): the previous call
+// has just woken its waiters, and under load they come straight back;
+// yielding lets them queue, so the next call carries them instead of
+// leaving them a whole round trip behind it. A caller alone never yields.
+func (t *Throttler) lateJoiners(tg *target, batch []*waiter) []*waiter {
+	if len(batch) >= t.cfg.maxBatch {
+		return batch
+	}
+	runtime.Gosched()
+	tg.mu.Lock()
+	batch = append(batch, tg.queue...)
+	tg.queue = nil
+	tg.mu.Unlock()
+	return batch
 }
 
 // runBatches decides batch, then hands the queue that built up meanwhile to
@@ -123,6 +148,7 @@ func (t *Throttler) runBatches(tg *target, batch []*waiter) {
 		}
 	}
 	tg.mu.Lock()
+	tg.lastBatch = len(batch)
 	next := append(rest, tg.queue...)
 	tg.queue = nil
 	if len(next) == 0 {

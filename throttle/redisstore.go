@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,10 +58,11 @@ type RedisStore struct {
 	targets sync.Map // target name -> *redisTarget
 	count   atomic.Int64
 
-	batch    atomic.Bool // Reserve calls of any targets share script runs (single node)
-	mu       sync.Mutex  // guards inflight and queue
-	inflight int         // script runs in flight, at most storeLanes
-	queue    []*reserveCall
+	batch     atomic.Bool // Reserve calls of any targets share script runs (single node)
+	mu        sync.Mutex  // guards inflight and queue
+	inflight  int         // script runs in flight, at most storeLanes
+	queue     []*reserveCall
+	lastBatch int // calls in the latest run
 }
 
 // redisTarget is what a RedisStore keeps per target between calls.
@@ -249,11 +251,11 @@ type reserveCall struct {
 
 // storeLanes is how many script runs a batching RedisStore keeps in flight,
 // maxStoreBatch how many Reserve calls one run carries at most. Measured on
-// two cores (BENCHMARKS.md): one lane leaves Redis idle while a batch's
-// waiters wake up; four keep 8 goroutines as fast as unbatched calls and
-// 64 goroutines half as fast again.
+// two cores (BENCHMARKS.md), 8 goroutines over 1,000 targets: one lane left
+// Redis idle while a run's callers woke up; two and four made as many
+// decisions per second, two with half the runs.
 const (
-	storeLanes    = 4
+	storeLanes    = 2
 	maxStoreBatch = 64
 )
 
@@ -264,8 +266,13 @@ func (s *RedisStore) submit(ctx context.Context, c *reserveCall) error {
 	s.mu.Lock()
 	if s.inflight < storeLanes {
 		s.inflight++
+		shared := s.lastBatch > 1
 		s.mu.Unlock()
-		s.runBatches(ctx, []*reserveCall{c})
+		batch := []*reserveCall{c}
+		if shared {
+			batch = s.lateJoiners(batch)
+		}
+		s.runBatches(ctx, batch)
 		return nil
 	}
 	c.ready, c.queued = make(chan struct{}), time.Now()
@@ -284,9 +291,23 @@ func (s *RedisStore) submit(ctx context.Context, c *reserveCall) error {
 		<-c.ready // already in a run: its result comes soon
 	}
 	if c.lead != nil {
-		s.runBatches(ctx, c.lead)
+		s.runBatches(ctx, s.lateJoiners(c.lead))
 	}
 	return nil
+}
+
+// lateJoiners adds to a batch the calls that queue while its leader yields
+// once, when runs are shared; see Throttler.lateJoiners.
+func (s *RedisStore) lateJoiners(batch []*reserveCall) []*reserveCall {
+	if len(batch) >= maxStoreBatch {
+		return batch
+	}
+	runtime.Gosched()
+	s.mu.Lock()
+	batch = append(batch, s.queue...)
+	s.queue = nil
+	s.mu.Unlock()
+	return batch
 }
 
 // runBatches runs batch, then hands the queue that built up meanwhile to
@@ -304,6 +325,7 @@ func (s *RedisStore) runBatches(ctx context.Context, batch []*reserveCall) {
 		}
 	}
 	s.mu.Lock()
+	s.lastBatch = len(batch)
 	next := append(rest, s.queue...)
 	s.queue = nil
 	if len(next) == 0 {

@@ -107,8 +107,10 @@ func WithKeyPrefix(p string) RedisOption {
 }
 
 // WithLiveness sets how long a process counts as live on a target after its
-// last call (default 10s, and never less than twice the window). The live
-// count sets each process's share when the store fails.
+// last call (default 10s, and never less than twice the window; a process
+// marks itself live on its first call for a target and then at most once a
+// second, so the count may keep it up to a second less). Every call reads the
+// live count, which sets each process's share when the store fails.
 func WithLiveness(d time.Duration) RedisOption {
 	return func(s *RedisStore) { s.liveness = d }
 }

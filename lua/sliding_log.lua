@@ -20,7 +20,8 @@
 --          limit, window us, gap us,
 --          heartbeat: the liveness us; positive: mark this process live,
 --            drop processes not seen for that long and renew the TTL;
---            negative: only mark it if the set is empty (Redis lost it),
+--            negative: mark it only if it is not in the set (Redis lost
+--            the set, or an earlier mark failed),
 --          the latest slot (us) this process has seen in the log, 0 if none,
 --          count k, then k triples: member, units n, max wait us (-1: none).
 --   If the log is empty although that slot is still inside the window,
@@ -157,22 +158,18 @@ if op == 'reserve' then
     if wrote then pexpire_until(log, last + window) end
 
     -- The heartbeat: a process marks itself live about once a second per
-    -- target, and at once when Redis has lost the set; every call counts
-    -- the live processes.
-    local live
+    -- target, and at once when it is not in the set; every call counts the
+    -- live processes, this one included.
     if liveness > 0 then
       redis.call('ZADD', procs, fmt('%d', now), proc)
       redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
       pexpire_until(procs, now + liveness)
-      live = redis.call('ZCARD', procs)
-    else
-      live = redis.call('ZCARD', procs)
-      if live == 0 then
-        redis.call('ZADD', procs, fmt('%d', now), proc)
-        pexpire_until(procs, now - liveness)
-        live = 1
-      end
+    elseif not redis.call('ZSCORE', procs, proc) then
+      -- Not in the set: Redis lost it, or this process's last mark failed.
+      redis.call('ZADD', procs, fmt('%d', now), proc)
+      pexpire_until(procs, now - liveness)
     end
+    local live = redis.call('ZCARD', procs)
 
     local remaining = limit - card
     if remaining < 0 or pause > 0 then remaining = 0 end

@@ -40,8 +40,10 @@ func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		// target: limit window gap heartbeat seen k (member n maxwait)*k.
 		// A reserve reply is {now, then per target: remaining, reset,
 		// live, pause, then a delay per request, negative if refused}.
-		if cmd, ok := cmd.(*redis.IntSliceCmd); ok && err == nil {
-			c.record(cmd.Args(), cmd.Val())
+		if cmd, ok := cmd.(*redis.Cmd); ok && err == nil {
+			if vals, err := cmd.Int64Slice(); err == nil {
+				c.record(cmd.Args(), vals)
+			}
 		}
 		return err
 	}

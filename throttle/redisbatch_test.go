@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,7 +103,8 @@ func TestRedisStoreBadReply(t *testing.T) {
 	s, err := NewRedisStore(client)
 	require.NoError(t, err)
 	ctx := context.Background()
-	for _, src := range []string{"return {1, 'x'}", "return 'x'", "return {1}", "return 7"} {
+	for _, src := range []string{"return {1, 'x'}", "return 'x'", "return {1}", "return 7",
+		"return {1, false}", "return false", "return {1, {2}}", "return {1, '2'}"} {
 		_, err := s.eval(ctx, newScript(src), scriptArgs(0, 0), 2)
 		require.ErrorIs(t, err, ErrBadReply, "script %q", src)
 	}
@@ -137,8 +139,6 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 		require.NoError(t, client.Del(ctx, procs).Err()) // as if Redis had lost it
 	}
 }
-
-var _ redis.Hook = (*scriptCounter)(nil)
 
 // TestRedisStoreQueuedCallIsNotEarly: a call that waited in the queue was
 // sent later than the middle of the caller's round trip, which is where the
@@ -199,4 +199,254 @@ func TestRedisStoreQueuedCallIsNotEarly(t *testing.T) {
 	require.Equal(t, storeLanes-1, s.inflight, "the handed-on lane is given back")
 	s.inflight = 0
 	s.mu.Unlock()
+}
+
+// scriptHook runs before each script run (EVALSHA or EVAL) with the run's
+// number, from 1, and its arguments.
+type scriptHook struct {
+	n      atomic.Int64
+	before func(n int64, args []any)
+}
+
+func (h *scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if name := strings.ToLower(cmd.Name()); name == "evalsha" || name == "eval" {
+			h.before(h.n.Add(1), cmd.Args())
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// hookedStore returns a RedisStore on a fresh server whose script runs go
+// through before, with the script loaded beforehand (no NOSCRIPT round).
+func hookedStore(t *testing.T, before func(n int64, args []any), serverArgs ...string) (*RedisStore, *redis.Client) {
+	t.Helper()
+	client := redistest.StartServer(t, serverArgs...).Client(t)
+	require.NoError(t, client.ScriptLoad(context.Background(), slidingLog.src).Err())
+	client.AddHook(&scriptHook{before: before})
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	return s, client
+}
+
+func oneUnit() []Request { return []Request{{ID: nextID(), N: 1}} }
+
+func waitQueued(t *testing.T, s *RedisStore, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.queue) == n }, 2*time.Second, time.Millisecond)
+}
+
+// busyLanes holds every lane of s with a run blocked on its gate: the
+// hook's runs 1 and 2 wait for gates[0] and gates[1].
+func busyLanes(t *testing.T, s *RedisStore) {
+	t.Helper()
+	for _, n := range []string{"lane1.example", "lane2.example"} {
+		go func() {
+			_, _ = s.Reserve(context.Background(), n, Limit{Limit: 10, Window: time.Minute}, oneUnit(), make([]Grant, 1))
+		}()
+	}
+	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.inflight == storeLanes }, 2*time.Second, time.Millisecond)
+}
+
+// TestRedisStoreSharedRunOutlivesAnOldLeader: a run is bounded by the
+// latest deadline of its calls, so a leader that spent most of its own in
+// the queue does not fail the calls that joined it fresh.
+func TestRedisStoreSharedRunOutlivesAnOldLeader(t *testing.T) {
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	s, _ := hookedStore(t, func(n int64, _ []any) {
+		switch {
+		case n <= 2:
+			<-gates[n-1]
+		case n == 3:
+			time.Sleep(40 * time.Millisecond) // the shared run is slow
+		}
+	})
+	busyLanes(t, s)
+	lim := Limit{Limit: 10, Window: time.Minute}
+	aCtx, cancelA := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelA()
+	go func() { _, _ = s.Reserve(aCtx, "a.example", lim, oneUnit(), make([]Grant, 1)) }()
+	waitQueued(t, s, 1)
+	time.Sleep(75 * time.Millisecond) // A has 25 ms left
+	bCtx, cancelB := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancelB()
+	bErr := make(chan error, 1)
+	go func() { _, err := s.Reserve(bCtx, "b.example", lim, oneUnit(), make([]Grant, 1)); bErr <- err }()
+	waitQueued(t, s, 2)
+	close(gates[0]) // a lane frees: A leads the run of A and B
+	err := <-bErr
+	close(gates[1])
+	require.NoError(t, err, "B had 100 ms; the shared run took 40")
+}
+
+// TestRedisStorePanicInASharedRunFreesEveryone: a run that panics fails the
+// calls it carried and the queue, and gives its lane back; no caller waits
+// forever (Throttler.runBatches does the same for its waiters).
+func TestRedisStorePanicInASharedRunFreesEveryone(t *testing.T) {
+	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	s, _ := hookedStore(t, func(n int64, _ []any) {
+		switch {
+		case n <= 2:
+			<-gates[n-1]
+		case n == 3:
+			panic("boom")
+		}
+	})
+	busyLanes(t, s)
+	lim := Limit{Limit: 10, Window: time.Minute}
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_, _ = s.Reserve(context.Background(), "a.example", lim, oneUnit(), make([]Grant, 1))
+	}()
+	waitQueued(t, s, 1)
+	bCtx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	bErr := make(chan error, 1)
+	go func() { _, err := s.Reserve(bCtx, "b.example", lim, oneUnit(), make([]Grant, 1)); bErr <- err }()
+	waitQueued(t, s, 2)
+	close(gates[0])
+	close(gates[1])
+	select {
+	case err := <-bErr:
+		require.ErrorContains(t, err, "panicked")
+	case <-time.After(5 * time.Second):
+		t.Fatal("a caller of the run that panicked is still waiting")
+	}
+	require.Equal(t, "boom", <-panicked, "the panic goes on in the run's leader")
+	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.inflight == 0 }, 2*time.Second, time.Millisecond, "every lane is given back")
+	_, err := s.Reserve(context.Background(), "c.example", lim, oneUnit(), make([]Grant, 1))
+	require.NoError(t, err, "the store works on")
+}
+
+// TestRedisStoreLeaderIsNotEarly: the leader of a shared run, sent after a
+// yield or (here) after a failed CROSSSLOT run, reports its durations as
+// late as it was sent, like a call that queued.
+func TestRedisStoreLeaderIsNotEarly(t *testing.T) {
+	s, client := hookedStore(t, func(_ int64, args []any) {
+		if k, _ := args[2].(int); k > 3 {
+			time.Sleep(40 * time.Millisecond) // the run of several targets is slow, then refused
+		}
+	}, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	ctx := context.Background()
+	require.NoError(t, client.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err())
+	require.Eventually(t, func() bool {
+		info, err := client.ClusterInfo(ctx).Result()
+		return err == nil && strings.Contains(info, "cluster_state:ok")
+	}, 10*time.Second, 20*time.Millisecond, "the one-node cluster never came up")
+	lim := Limit{Limit: 1, Window: time.Minute}
+	g := make([]Grant, 1)
+	first := time.Now() // the first entry's slot is no earlier
+	_, err := s.Reserve(ctx, "x.example", lim, oneUnit(), g)
+	require.NoError(t, err)
+
+	s.mu.Lock()
+	s.inflight = storeLanes // the next call queues
+	s.mu.Unlock()
+	go func() { _, _ = s.Reserve(ctx, "q.example", lim, oneUnit(), make([]Grant, 1)) }()
+	waitQueued(t, s, 1)
+	s.mu.Lock()
+	s.inflight, s.lastBatch = storeLanes-1, 2 // a lane frees; the last run was shared
+	s.mu.Unlock()
+	start := time.Now()
+	_, err = s.Reserve(ctx, "x.example", lim, []Request{{ID: nextID(), N: 1, MaxWait: -1}}, g)
+	end := time.Now()
+	require.NoError(t, err)
+	require.False(t, s.batch.Load(), "the shared run met CROSSSLOT")
+	mid := start.Add(end.Sub(start) / 2) // where the caller puts the store's now
+	early := first.Add(time.Minute).Sub(mid.Add(g[0].Delay))
+	require.Less(t, early, 2*time.Millisecond, "the leader's slot placed %v early", early)
+}
+
+// TestRedisStoreFailedCallMarksAgain: a run that fails does not count as
+// this process's heartbeat, and a process missing from the set marks itself
+// on its next call, whoever else is in it: Live always counts the caller.
+func TestRedisStoreFailedCallMarksAgain(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	s1, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	s2, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	ctx := context.Background()
+	lim := Limit{Limit: 100, Window: time.Minute}
+	g := make([]Grant, 1)
+	_, err = s1.Reserve(ctx, "x.example", lim, oneUnit(), g)
+	require.NoError(t, err)
+	dead, cancel := context.WithCancel(ctx)
+	cancel()
+	_, err = s2.Reserve(dead, "x.example", lim, oneUnit(), g)
+	require.ErrorIs(t, err, context.Canceled)
+	st, err := s2.Reserve(ctx, "x.example", lim, oneUnit(), g)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Live, "after a failed first call")
+
+	require.NoError(t, client.Del(ctx, s1.keys("x.example")[2]).Err()) // Redis lost the set
+	st, err = s1.Reserve(ctx, "x.example", lim, oneUnit(), g)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Live)
+	st, err = s2.Reserve(ctx, "x.example", lim, oneUnit(), g)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Live, "the second process to call after the loss marks itself too")
+}
+
+// TestRedisStoreRejectsBadLimits: a bad limit fails its own call before any
+// run, so it cannot fail the other targets of a shared run.
+func TestRedisStoreRejectsBadLimits(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	for _, lim := range []Limit{{Limit: 0, Window: time.Second}, {Limit: 1, Window: 0}, {Limit: 1, Window: time.Second, Gap: -1}} {
+		_, err := s.Reserve(context.Background(), "x.example", lim, oneUnit(), make([]Grant, 1))
+		require.ErrorContains(t, err, "bad limit", "%+v", lim)
+	}
+}
+
+// TestRedisStoreSharedRunDecidesAsAlone: a run deciding several calls, some
+// on the same target, grants exactly what runs of one call each would have
+// granted, in the same order (a randomized comparison at a fixed server
+// time).
+func TestRedisStoreSharedRunDecidesAsAlone(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	for round := range 100 {
+		rng := rand.New(rand.NewPCG(uint64(round), 1))
+		now := int64(1_800_000_000_000_000) + int64(round)*1e9
+		shared, err := NewRedisStore(client, WithKeyPrefix(fmt.Sprintf("%sa%d:", prefix, round)))
+		require.NoError(t, err)
+		alone, err := NewRedisStore(client, WithKeyPrefix(fmt.Sprintf("%sb%d:", prefix, round)))
+		require.NoError(t, err)
+		alone.proc, alone.procArg = shared.proc, shared.procArg
+		shared.now = func() int64 { return now }
+		alone.now = shared.now
+		for range 6 {
+			var a, b []*reserveCall
+			for range 1 + rng.IntN(5) {
+				tgt := fmt.Sprintf("t%d", rng.IntN(3))
+				lim := Limit{Limit: 1 + rng.IntN(5), Window: time.Duration(1+rng.IntN(5)) * time.Second, Gap: time.Duration(rng.IntN(3)) * 100 * time.Millisecond}
+				var reqs []Request
+				for range 1 + rng.IntN(4) {
+					reqs = append(reqs, Request{ID: nextID(), N: 1 + rng.IntN(lim.Limit+1), MaxWait: time.Duration(rng.IntN(4)-1) * time.Second})
+				}
+				a = append(a, &reserveCall{ctx: context.Background(), rt: shared.target(tgt), target: tgt, lim: lim, reqs: reqs, grants: make([]Grant, len(reqs))})
+				b = append(b, &reserveCall{ctx: context.Background(), rt: alone.target(tgt), target: tgt, lim: lim, reqs: reqs, grants: make([]Grant, len(reqs))})
+			}
+			shared.reserve(a)
+			for _, c := range b {
+				alone.reserve([]*reserveCall{c})
+			}
+			for i := range a {
+				require.NoError(t, a[i].err)
+				require.NoError(t, b[i].err)
+				require.Equal(t, b[i].grants, a[i].grants, "round %d call %d", round, i)
+				a[i].state.Live, b[i].state.Live = 0, 0 // each store's own heartbeat
+				require.Equal(t, b[i].state, a[i].state, "round %d call %d", round, i)
+			}
+			now += int64(rng.IntN(2000)) * 1000
+		}
+	}
 }

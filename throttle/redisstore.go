@@ -206,19 +206,26 @@ func fromUS(v int64) time.Duration { return time.Duration(v) * time.Microsecond 
 // next, one atomic run deciding each target in turn. On a Cluster each
 // target has a run of its own.
 func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
-	c := &reserveCall{rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
+	if lim.Limit < 1 || lim.Window < time.Microsecond || lim.Gap < 0 {
+		// Checked here, not only by the script: in a shared run one bad
+		// block would fail every target in it.
+		return State{}, fmt.Errorf("redis store: reserve %q: bad limit %d per %v, gap %v", target, lim.Limit, lim.Window, lim.Gap)
+	}
+	c := &reserveCall{ctx: ctx, entered: time.Now(), rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
 	if !s.batch.Load() {
-		s.reserve(ctx, []*reserveCall{c})
-	} else if err := s.submit(ctx, c); err != nil {
+		s.reserve([]*reserveCall{c})
+	} else if err := s.submit(c); err != nil {
 		return State{}, err
 	}
 	if c.err != nil {
 		return State{}, c.err
 	}
-	// The caller takes the store's "now" for the middle of this call. A
-	// call that queued was sent later than that: every duration grows by
-	// half the wait, so that no slot is placed earlier than it is.
-	if late := c.sent.Sub(c.queued) / 2; !c.queued.IsZero() && late > 0 {
+	// The caller takes the store's "now" for the middle of its call, which
+	// began before this one. The run was sent later, by a wait in the
+	// queue, a yield or a retry: every duration grows by half that delay,
+	// so that no slot is placed earlier than it is. (A fixed test clock has
+	// no round trip to correct.)
+	if late := c.sent.Sub(c.entered) / 2; late > 0 && s.now == nil {
 		for i := range c.grants {
 			c.grants[i].Delay += late
 		}
@@ -237,18 +244,20 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 
 // reserveCall is one Reserve on its way to the script.
 type reserveCall struct {
-	rt     *redisTarget
-	target string
-	lim    Limit
-	reqs   []Request
+	ctx     context.Context // the caller's: a run is bounded by its members' deadlines
+	entered time.Time       // when Reserve was called
+	rt      *redisTarget
+	target  string
+	lim     Limit
+	reqs    []Request
 
-	queued time.Time // when it joined the queue; zero if it went at once
-	sent   time.Time // when the run that decided it was sent
-	grants []Grant   // the caller's, written before ready is closed
-	state  State
-	err    error
-	ready  chan struct{} // closed once: the result is in, or lead is set
-	lead   []*reserveCall
+	marking int64     // the heartbeat this call sends (unix ns), 0 if none
+	sent    time.Time // when the run that decided it was sent
+	grants  []Grant   // the caller's, written before ready is closed
+	state   State
+	err     error
+	ready   chan struct{} // made when it queues, closed once: the result is in, or lead is set
+	lead    []*reserveCall
 }
 
 // storeLanes is how many script runs a batching RedisStore keeps in flight,
@@ -262,9 +271,9 @@ const (
 )
 
 // submit gets c decided in a shared script run; see Throttler.submit, whose
-// group commit this is. It returns an error only when ctx ends while c is
-// still queued.
-func (s *RedisStore) submit(ctx context.Context, c *reserveCall) error {
+// group commit this is. It returns an error only when c's context ends
+// while c is still queued.
+func (s *RedisStore) submit(c *reserveCall) error {
 	s.mu.Lock()
 	if s.inflight < storeLanes {
 		s.inflight++
@@ -274,26 +283,26 @@ func (s *RedisStore) submit(ctx context.Context, c *reserveCall) error {
 		if shared {
 			batch = s.lateJoiners(batch)
 		}
-		s.runBatches(ctx, batch)
+		s.runBatches(batch)
 		return nil
 	}
-	c.ready, c.queued = make(chan struct{}), time.Now()
+	c.ready = make(chan struct{})
 	s.queue = append(s.queue, c)
 	s.mu.Unlock()
 	select {
 	case <-c.ready:
-	case <-ctx.Done():
+	case <-c.ctx.Done():
 		s.mu.Lock()
 		if i := slices.Index(s.queue, c); i >= 0 {
 			s.queue = slices.Delete(s.queue, i, i+1)
 			s.mu.Unlock()
-			return fmt.Errorf("redis store: reserve %q: %w", c.target, context.Cause(ctx))
+			return fmt.Errorf("redis store: reserve %q: %w", c.target, context.Cause(c.ctx))
 		}
 		s.mu.Unlock()
 		<-c.ready // already in a run: its result comes soon
 	}
 	if c.lead != nil {
-		s.runBatches(ctx, s.lateJoiners(c.lead))
+		s.runBatches(s.lateJoiners(c.lead))
 	}
 	return nil
 }
@@ -314,13 +323,36 @@ func (s *RedisStore) lateJoiners(batch []*reserveCall) []*reserveCall {
 
 // runBatches runs batch, then hands the queue that built up meanwhile to
 // its first call, who runs it next in the same lane.
-func (s *RedisStore) runBatches(ctx context.Context, batch []*reserveCall) {
+func (s *RedisStore) runBatches(batch []*reserveCall) {
 	self := batch[0]
 	var rest []*reserveCall
 	if len(batch) > maxStoreBatch {
 		batch, rest = batch[:maxStoreBatch], batch[maxStoreBatch:]
 	}
-	s.reserve(ctx, batch)
+	ran := false
+	defer func() {
+		if ran {
+			return
+		}
+		// The run panicked: fail this batch and the queue, give the lane
+		// back, then let the panic go on; no caller waits forever.
+		r := recover()
+		err := fmt.Errorf("redis store: reserve: script run panicked: %v", r)
+		s.mu.Lock()
+		queued := s.queue
+		s.queue = nil
+		s.inflight--
+		s.mu.Unlock()
+		for _, c := range slices.Concat(batch, rest, queued) {
+			c.err = err
+			if c != self {
+				close(c.ready)
+			}
+		}
+		panic(r)
+	}()
+	s.reserve(batch)
+	ran = true
 	for _, c := range batch {
 		if c != self {
 			close(c.ready)
@@ -340,8 +372,36 @@ func (s *RedisStore) runBatches(ctx context.Context, batch []*reserveCall) {
 	close(next[0].ready)
 }
 
-// reserve decides calls in one script run and fills in their results.
-func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
+// reserve decides calls in one script run and fills in their results. A
+// call whose context has ended is not sent; the run is bounded by the
+// latest deadline among the others, so that a member near its own deadline
+// does not fail the rest.
+func (s *RedisStore) reserve(calls []*reserveCall) {
+	send := make([]*reserveCall, 0, len(calls))
+	var ctx context.Context
+	var latest time.Time
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.err = fmt.Errorf("redis store: reserve %q: %w", c.target, context.Cause(c.ctx))
+			continue
+		}
+		d, ok := c.ctx.Deadline()
+		if ctx == nil || !ok || (!latest.IsZero() && d.After(latest)) {
+			ctx, latest = c.ctx, d
+		}
+		send = append(send, c)
+	}
+	switch {
+	case len(send) == 0:
+		return
+	case len(send) > 1 && !s.batch.Load(): // turned off since the batch formed
+		for _, c := range send {
+			s.reserve([]*reserveCall{c})
+		}
+		return
+	}
+	calls = send
+
 	nkeys, nargs := 0, 3
 	for _, c := range calls {
 		nkeys += len(c.rt.keyArgs)
@@ -356,7 +416,7 @@ func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
 	for _, c := range calls {
 		la := c.rt.limitArgs(c.lim, max(s.liveness, 2*c.lim.Window))
 		hb := la.markIfLost
-		if c.rt.heartbeatDue(la.heartbeat) {
+		if c.marking = c.rt.heartbeatDue(la.heartbeat); c.marking != 0 {
 			hb = la.heartbeat
 		}
 		args = append(args, la.limit, la.window, la.gap, hb, c.rt.seen.Load(), len(c.reqs))
@@ -379,7 +439,7 @@ func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
 		// now on.
 		s.batch.Store(false)
 		for _, c := range calls {
-			s.reserve(ctx, []*reserveCall{c})
+			s.reserve([]*reserveCall{c})
 		}
 		return
 	}
@@ -398,6 +458,9 @@ func (s *RedisStore) reserve(ctx context.Context, calls []*reserveCall) {
 	for _, c := range calls {
 		c.state = c.rt.decode(now, c.lim, vals[:4+len(c.reqs)], c.grants)
 		vals = vals[4+len(c.reqs):]
+		if c.marking != 0 { // marked: the next mark is due a while from now
+			c.rt.marked.Store(c.marking)
+		}
 	}
 }
 
@@ -442,14 +505,17 @@ func (s *RedisStore) target(name string) *redisTarget {
 	return v.(*redisTarget)
 }
 
-// heartbeatDue reports whether this call should mark the process live on
-// rt's target (and trim the dead from its heartbeat set), and if so records
-// that it does: on the first call, then about once a second.
-func (rt *redisTarget) heartbeatDue(liveness any) bool {
+// heartbeatDue returns the time (unix ns) to record as rt's latest mark
+// once a run that marks the process live on rt's target succeeds, or 0 when
+// no mark is due: the first call marks, then one about every second. A run
+// that fails records nothing, so the next call marks again.
+func (rt *redisTarget) heartbeatDue(liveness any) int64 {
 	now := time.Now().UnixNano()
-	prev := rt.marked.Load()
 	every := min(heartbeatEvery, time.Duration(liveness.(int64))*time.Microsecond/4)
-	return now-prev >= int64(every) && rt.marked.CompareAndSwap(prev, now)
+	if now-rt.marked.Load() < int64(every) {
+		return 0
+	}
+	return now
 }
 
 // maxRedisTargets bounds the per-target bookkeeping of a crawl over many
@@ -531,30 +597,42 @@ func scriptArgs(nkeys, capacity int) []any {
 }
 
 // eval runs sc with EVALSHA, and with EVAL when the server does not have it
-// (after SCRIPT FLUSH or a restart), reading the reply as integers: a reply
-// of another shape, or shorter than want, wraps ErrBadReply. args comes from
-// scriptArgs, keys and ARGV appended.
+// (after SCRIPT FLUSH or a restart), and checks that the reply is an array
+// of at least want integers: a reply of another shape wraps ErrBadReply.
+// args comes from scriptArgs, keys and ARGV appended.
 //
-// It is what redis.Script.Run does (the same EVALSHA, then EVAL), but read
-// through IntSliceCmd: Run's reply is an []any of boxed integers, one
-// allocation each, to be checked one by one.
+// It is what redis.Script.Run does (the same EVALSHA, then EVAL), with the
+// arguments built once. The reply is read as values and checked one by one:
+// IntSliceCmd would be cheaper but reads a nil element as 0, which in a
+// reserve reply means "granted now".
 func (s *RedisStore) eval(ctx context.Context, sc script, args []any, want int) ([]int64, error) {
 	args[0], args[1] = "evalsha", sc.sha
-	cmd := redis.NewIntSliceCmd(ctx, args...)
+	cmd := redis.NewCmd(ctx, args...)
 	err := s.client.Process(ctx, cmd)
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		args[0], args[1] = "eval", sc.src
-		cmd = redis.NewIntSliceCmd(ctx, args...)
+		cmd = redis.NewCmd(ctx, args...)
 		err = s.client.Process(ctx, cmd)
 	}
-	vals := cmd.Val()
 	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, fmt.Errorf("%w: nil", ErrBadReply)
 	case err != nil && isReplyShapeError(err):
 		return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
 	case err != nil:
 		return nil, err
-	case len(vals) < want:
-		return nil, fmt.Errorf("%w: %d integers, want %d", ErrBadReply, len(vals), want)
+	}
+	arr, ok := cmd.Val().([]any)
+	if !ok || len(arr) < want {
+		return nil, fmt.Errorf("%w: %T of %d values, want %d integers", ErrBadReply, cmd.Val(), len(arr), want)
+	}
+	vals := make([]int64, len(arr))
+	for i, v := range arr {
+		n, ok := v.(int64)
+		if !ok {
+			return nil, fmt.Errorf("%w: value %d is %T, want an integer", ErrBadReply, i, v)
+		}
+		vals[i] = n
 	}
 	return vals, nil
 }

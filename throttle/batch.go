@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
-	"slices"
 	"sync"
 	"time"
 )
@@ -16,31 +14,28 @@ type target struct {
 	rule Rule
 	lim  Limit
 
-	mu        sync.Mutex // guards everything below
-	busy      bool       // a store call for this target is in flight
-	queue     []*waiter  // waiters for the next call
-	lastBatch int        // waiters in the latest call
+	calls groupCommit[*waiter] // concurrent waiters share store calls
 
-	live     int       // the largest live-process count seen lately; 0 until the store answered
-	liveAt   time.Time // when live was last confirmed
-	tail     time.Time // local time of the latest slot the fleet is known to have booked
-	heard    time.Time // when the store last answered a call for this target
-	since    time.Time // when the current fallback began
-	seedID   uint64    // the local log's placeholder entry of the current fallback
-	degraded bool      // the failure policy decides, not the store
-	probed   time.Time // last recovery attempt
+	mu       sync.Mutex // guards everything below
+	live     int        // the largest live-process count seen lately; 0 until the store answered
+	liveAt   time.Time  // when live was last confirmed
+	tail     time.Time  // local time of the latest slot the fleet is known to have booked
+	heard    time.Time  // when the store last answered a call for this target
+	since    time.Time  // when the current fallback began
+	seedID   uint64     // the local log's placeholder entry of the current fallback
+	degraded bool       // the failure policy decides, not the store
+	probed   time.Time  // last recovery attempt
 }
 
-func newTarget(name string, r Rule, margin time.Duration) *target {
-	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap}}
+func newTarget(name string, r Rule, margin time.Duration, maxBatch int) *target {
+	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap},
+		calls: groupCommit[*waiter]{lanes: 1, max: maxBatch}}
 }
 
 // waiter is one request in a batch.
 type waiter struct {
+	commitLink[*waiter]
 	req   Request
-	ready chan struct{} // made when it queues, closed once: the result is in, or lead is set
-
-	lead  []*waiter // set when this waiter must run the next batch
 	grant Grant
 	ahead time.Duration // how far ahead the deciding log books; 0: the horizon
 	state State         // the target's log after the call
@@ -52,114 +47,23 @@ type waiter struct {
 // errStoreDown tells a waiter under FailClosed to try again later.
 var errStoreDown = errors.New("store down")
 
-// submit gets w decided. Concurrent waiters of one target share store calls:
-// while a call is in flight, newcomers queue, and when it returns the whole
-// queue goes in the next call, run by the first of them. It returns an error
-// only when ctx ends while w is still queued, in which case nothing was
-// reserved for w.
+// submit gets w decided. Concurrent waiters of one target share store calls
+// (see groupCommit). It returns an error only when ctx ends while w is
+// still queued, in which case nothing was reserved for w.
 func (t *Throttler) submit(ctx context.Context, tg *target, w *waiter) error {
-	tg.mu.Lock()
-	if !tg.busy {
-		tg.busy = true
-		shared := tg.lastBatch > 1
-		tg.mu.Unlock()
-		batch := []*waiter{w}
-		if shared {
-			batch = t.lateJoiners(tg, batch)
+	run := func(batch []*waiter) { t.decide(tg, batch) }
+	fail := func(batch []*waiter, err error) {
+		for _, w := range batch {
+			w.err = fmt.Errorf("throttle: %q: store %w", tg.name, err)
 		}
-		t.runBatches(tg, batch)
-		return nil
 	}
-	w.ready = make(chan struct{})
-	tg.queue = append(tg.queue, w)
-	tg.mu.Unlock()
-	select {
-	case <-w.ready:
-	case <-ctx.Done():
-		tg.mu.Lock()
-		if i := slices.Index(tg.queue, w); i >= 0 {
-			tg.queue = slices.Delete(tg.queue, i, i+1)
-			tg.mu.Unlock()
-			return waitError(ctx, tg.name)
-		}
-		tg.mu.Unlock()
-		<-w.ready // already part of a call: its result comes soon
-	}
-	if w.lead != nil {
-		t.runBatches(tg, t.lateJoiners(tg, w.lead))
+	if !tg.calls.do(ctx, w, run, fail) {
+		return waitError(ctx, tg.name)
 	}
 	return nil
 }
 
-// lateJoiners adds to a batch the waiters that queue while its leader
-// yields once. It runs when the target's calls are shared (a batch handed on
-// by the previous call, or a new one after a shared call): the previous call
-// has just woken its waiters, and under load they come straight back;
-// yielding lets them queue, so the next call carries them instead of
-// leaving them a whole round trip behind it. A caller alone never yields.
-func (t *Throttler) lateJoiners(tg *target, batch []*waiter) []*waiter {
-	if len(batch) >= t.cfg.maxBatch {
-		return batch
-	}
-	runtime.Gosched()
-	tg.mu.Lock()
-	batch = append(batch, tg.queue...)
-	tg.queue = nil
-	tg.mu.Unlock()
-	return batch
-}
-
-// runBatches decides batch, then hands the queue that built up meanwhile to
-// its first waiter, who runs it as the next batch.
-func (t *Throttler) runBatches(tg *target, batch []*waiter) {
-	self := batch[0]
-	rest := batch
-	if len(batch) > t.cfg.maxBatch {
-		batch, rest = batch[:t.cfg.maxBatch], batch[t.cfg.maxBatch:]
-	} else {
-		rest = nil
-	}
-	decided := false
-	defer func() {
-		if decided {
-			return
-		}
-		// The store panicked: fail this batch and the queue rather than
-		// leave the target busy forever, then let the panic go on.
-		r := recover()
-		err := fmt.Errorf("throttle: %q: store call panicked: %v", tg.name, r)
-		tg.mu.Lock()
-		queued := tg.queue
-		tg.queue, tg.busy = nil, false
-		tg.mu.Unlock()
-		for _, w := range slices.Concat(batch, rest, queued) {
-			w.err = err
-			if w != self {
-				close(w.ready)
-			}
-		}
-		panic(r)
-	}()
-	t.decide(tg, batch)
-	decided = true
-	for _, w := range batch {
-		if w != self {
-			close(w.ready)
-		}
-	}
-	tg.mu.Lock()
-	tg.lastBatch = len(batch)
-	next := append(rest, tg.queue...)
-	tg.queue = nil
-	if len(next) == 0 {
-		tg.busy = false
-		tg.mu.Unlock()
-		return
-	}
-	tg.mu.Unlock()
-	next[0].lead = next
-	close(next[0].ready)
-}
+func (w *waiter) link() *commitLink[*waiter] { return &w.commitLink }
 
 // decide fills in every waiter's result: from the store, or from the failure
 // policy when the store fails.

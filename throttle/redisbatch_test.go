@@ -73,18 +73,27 @@ func TestRedisStoreBatchesTargets(t *testing.T) {
 	require.Len(t, counter.slots, targets*lim.Limit, "every granted slot is in some run's reply")
 }
 
-// TestRedisStoreOnClusterModeNode: a plain client on a server in cluster
-// mode (here one node holding every slot) refuses a script whose keys span
-// slots; the store notices and decides each target alone from then on.
-func TestRedisStoreOnClusterModeNode(t *testing.T) {
-	srv := redistest.StartServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	client := srv.Client(t)
+// clusterMode are redis-server arguments for a node in cluster mode.
+var clusterMode = []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"}
+
+// holdEverySlot makes the cluster-mode node behind client a cluster of its
+// own, holding all 16384 slots, and waits until it says it is ok.
+func holdEverySlot(t *testing.T, client *redis.Client) {
+	t.Helper()
 	ctx := context.Background()
 	require.NoError(t, client.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err())
 	require.Eventually(t, func() bool {
 		info, err := client.ClusterInfo(ctx).Result()
 		return err == nil && strings.Contains(info, "cluster_state:ok")
 	}, 10*time.Second, 20*time.Millisecond, "the one-node cluster never came up")
+}
+
+// TestRedisStoreOnClusterModeNode: a plain client on a server in cluster
+// mode (here one node holding every slot) refuses a script whose keys span
+// slots; the store notices and decides each target alone from then on.
+func TestRedisStoreOnClusterModeNode(t *testing.T) {
+	client := redistest.StartServer(t, clusterMode...).Client(t)
+	holdEverySlot(t, client)
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
 	require.True(t, s.batch.Load(), "a plain client starts out batching")
@@ -159,9 +168,9 @@ func TestRedisStoreQueuedCallIsNotEarly(t *testing.T) {
 	_, err = s.Pause(ctx, "example.com", 30*time.Second)
 	require.NoError(t, err)
 
-	s.mu.Lock()
-	s.inflight = storeLanes // every lane busy: the next call queues
-	s.mu.Unlock()
+	s.calls.mu.Lock()
+	s.calls.inflight = storeLanes // every lane busy: the next call queues
+	s.calls.mu.Unlock()
 	type result struct {
 		st         State
 		g          Grant
@@ -175,14 +184,14 @@ func TestRedisStoreQueuedCallIsNotEarly(t *testing.T) {
 		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: -1}}, g)
 		done <- result{st, g[0], start, time.Now(), err}
 	}()
-	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.queue) == 1 }, time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s.calls.mu.Lock(); defer s.calls.mu.Unlock(); return len(s.calls.queue) == 1 }, time.Second, time.Millisecond)
 	time.Sleep(200 * time.Millisecond)
 	// A lane comes free and hands the queue on, as runBatches does.
 	released := time.Now()
-	s.mu.Lock()
-	next := s.queue
-	s.queue = nil
-	s.mu.Unlock()
+	s.calls.mu.Lock()
+	next := s.calls.queue
+	s.calls.queue = nil
+	s.calls.mu.Unlock()
 	next[0].lead = next
 	close(next[0].ready)
 
@@ -195,10 +204,10 @@ func TestRedisStoreQueuedCallIsNotEarly(t *testing.T) {
 		"slot placed %v early", first.Add(time.Minute).Sub(mid.Add(r.g.Delay)))
 	require.False(t, mid.Add(r.st.Paused).Before(paused.Add(30*time.Second).Add(-slack)),
 		"pause end placed %v early", paused.Add(30*time.Second).Sub(mid.Add(r.st.Paused)))
-	s.mu.Lock()
-	require.Equal(t, storeLanes-1, s.inflight, "the handed-on lane is given back")
-	s.inflight = 0
-	s.mu.Unlock()
+	s.calls.mu.Lock()
+	require.Equal(t, storeLanes-1, s.calls.inflight, "the handed-on lane is given back")
+	s.calls.inflight = 0
+	s.calls.mu.Unlock()
 }
 
 // scriptHook runs before each script run (EVALSHA or EVAL) with the run's
@@ -237,7 +246,7 @@ func oneUnit() []Request { return []Request{{ID: nextID(), N: 1}} }
 
 func waitQueued(t *testing.T, s *RedisStore, n int) {
 	t.Helper()
-	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.queue) == n }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s.calls.mu.Lock(); defer s.calls.mu.Unlock(); return len(s.calls.queue) == n }, 2*time.Second, time.Millisecond)
 }
 
 // busyLanes holds every lane of s with a run blocked on its gate: the
@@ -249,7 +258,7 @@ func busyLanes(t *testing.T, s *RedisStore) {
 			_, _ = s.Reserve(context.Background(), n, Limit{Limit: 10, Window: time.Minute}, oneUnit(), make([]Grant, 1))
 		}()
 	}
-	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.inflight == storeLanes }, 2*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { s.calls.mu.Lock(); defer s.calls.mu.Unlock(); return s.calls.inflight == storeLanes }, 2*time.Second, time.Millisecond)
 }
 
 // TestRedisStoreSharedRunOutlivesAnOldLeader: a run is bounded by the
@@ -318,7 +327,7 @@ func TestRedisStorePanicInASharedRunFreesEveryone(t *testing.T) {
 		t.Fatal("a caller of the run that panicked is still waiting")
 	}
 	require.Equal(t, "boom", <-panicked, "the panic goes on in the run's leader")
-	require.Eventually(t, func() bool { s.mu.Lock(); defer s.mu.Unlock(); return s.inflight == 0 }, 2*time.Second, time.Millisecond, "every lane is given back")
+	require.Eventually(t, func() bool { s.calls.mu.Lock(); defer s.calls.mu.Unlock(); return s.calls.inflight == 0 }, 2*time.Second, time.Millisecond, "every lane is given back")
 	_, err := s.Reserve(context.Background(), "c.example", lim, oneUnit(), make([]Grant, 1))
 	require.NoError(t, err, "the store works on")
 }
@@ -331,27 +340,23 @@ func TestRedisStoreLeaderIsNotEarly(t *testing.T) {
 		if k, _ := args[2].(int); k > 3 {
 			time.Sleep(40 * time.Millisecond) // the run of several targets is slow, then refused
 		}
-	}, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	}, clusterMode...)
+	holdEverySlot(t, client)
 	ctx := context.Background()
-	require.NoError(t, client.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err())
-	require.Eventually(t, func() bool {
-		info, err := client.ClusterInfo(ctx).Result()
-		return err == nil && strings.Contains(info, "cluster_state:ok")
-	}, 10*time.Second, 20*time.Millisecond, "the one-node cluster never came up")
 	lim := Limit{Limit: 1, Window: time.Minute}
 	g := make([]Grant, 1)
 	first := time.Now() // the first entry's slot is no earlier
 	_, err := s.Reserve(ctx, "x.example", lim, oneUnit(), g)
 	require.NoError(t, err)
 
-	s.mu.Lock()
-	s.inflight = storeLanes // the next call queues
-	s.mu.Unlock()
+	s.calls.mu.Lock()
+	s.calls.inflight = storeLanes // the next call queues
+	s.calls.mu.Unlock()
 	go func() { _, _ = s.Reserve(ctx, "q.example", lim, oneUnit(), make([]Grant, 1)) }()
 	waitQueued(t, s, 1)
-	s.mu.Lock()
-	s.inflight, s.lastBatch = storeLanes-1, 2 // a lane frees; the last run was shared
-	s.mu.Unlock()
+	s.calls.mu.Lock()
+	s.calls.inflight, s.calls.last = storeLanes-1, 2 // a lane frees; the last run was shared
+	s.calls.mu.Unlock()
 	start := time.Now()
 	_, err = s.Reserve(ctx, "x.example", lim, []Request{{ID: nextID(), N: 1, MaxWait: -1}}, g)
 	end := time.Now()

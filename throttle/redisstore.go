@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -58,11 +57,8 @@ type RedisStore struct {
 	targets sync.Map // target name -> *redisTarget
 	count   atomic.Int64
 
-	batch     atomic.Bool // Reserve calls of any targets share script runs (single node)
-	mu        sync.Mutex  // guards inflight and queue
-	inflight  int         // script runs in flight, at most storeLanes
-	queue     []*reserveCall
-	lastBatch int // calls in the latest run
+	batch atomic.Bool               // Reserve calls of any targets share script runs (single node)
+	calls groupCommit[*reserveCall] // the shared runs
 }
 
 // redisTarget is what a RedisStore keeps per target between calls.
@@ -141,6 +137,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 		return nil, fmt.Errorf("throttle: liveness %v must be positive", s.liveness)
 	}
 	s.procArg = s.proc
+	s.calls = groupCommit[*reserveCall]{lanes: storeLanes, max: maxStoreBatch}
 	// A script may touch keys of many slots on a single node, not on a
 	// Cluster (nor a Ring, whose shards split targets too).
 	_, single := client.(*redis.Client)
@@ -214,8 +211,8 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	c := &reserveCall{ctx: ctx, entered: time.Now(), rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
 	if !s.batch.Load() {
 		s.reserve([]*reserveCall{c})
-	} else if err := s.submit(c); err != nil {
-		return State{}, err
+	} else if !s.calls.do(ctx, c, s.reserve, fail) {
+		return State{}, fmt.Errorf("redis store: reserve %q: %w", target, context.Cause(ctx))
 	}
 	if c.err != nil {
 		return State{}, c.err
@@ -256,8 +253,16 @@ type reserveCall struct {
 	grants  []Grant   // the caller's, written before ready is closed
 	state   State
 	err     error
-	ready   chan struct{} // made when it queues, closed once: the result is in, or lead is set
-	lead    []*reserveCall
+	commitLink[*reserveCall]
+}
+
+func (c *reserveCall) link() *commitLink[*reserveCall] { return &c.commitLink }
+
+// fail records a run's panic for the calls it carried.
+func fail(calls []*reserveCall, err error) {
+	for _, c := range calls {
+		c.err = fmt.Errorf("redis store: reserve %q: script run %w", c.target, err)
+	}
 }
 
 // storeLanes is how many script runs a batching RedisStore keeps in flight,
@@ -269,108 +274,6 @@ const (
 	storeLanes    = 2
 	maxStoreBatch = 64
 )
-
-// submit gets c decided in a shared script run; see Throttler.submit, whose
-// group commit this is. It returns an error only when c's context ends
-// while c is still queued.
-func (s *RedisStore) submit(c *reserveCall) error {
-	s.mu.Lock()
-	if s.inflight < storeLanes {
-		s.inflight++
-		shared := s.lastBatch > 1
-		s.mu.Unlock()
-		batch := []*reserveCall{c}
-		if shared {
-			batch = s.lateJoiners(batch)
-		}
-		s.runBatches(batch)
-		return nil
-	}
-	c.ready = make(chan struct{})
-	s.queue = append(s.queue, c)
-	s.mu.Unlock()
-	select {
-	case <-c.ready:
-	case <-c.ctx.Done():
-		s.mu.Lock()
-		if i := slices.Index(s.queue, c); i >= 0 {
-			s.queue = slices.Delete(s.queue, i, i+1)
-			s.mu.Unlock()
-			return fmt.Errorf("redis store: reserve %q: %w", c.target, context.Cause(c.ctx))
-		}
-		s.mu.Unlock()
-		<-c.ready // already in a run: its result comes soon
-	}
-	if c.lead != nil {
-		s.runBatches(s.lateJoiners(c.lead))
-	}
-	return nil
-}
-
-// lateJoiners adds to a batch the calls that queue while its leader yields
-// once, when runs are shared; see Throttler.lateJoiners.
-func (s *RedisStore) lateJoiners(batch []*reserveCall) []*reserveCall {
-	if len(batch) >= maxStoreBatch {
-		return batch
-	}
-	runtime.Gosched()
-	s.mu.Lock()
-	batch = append(batch, s.queue...)
-	s.queue = nil
-	s.mu.Unlock()
-	return batch
-}
-
-// runBatches runs batch, then hands the queue that built up meanwhile to
-// its first call, who runs it next in the same lane.
-func (s *RedisStore) runBatches(batch []*reserveCall) {
-	self := batch[0]
-	var rest []*reserveCall
-	if len(batch) > maxStoreBatch {
-		batch, rest = batch[:maxStoreBatch], batch[maxStoreBatch:]
-	}
-	ran := false
-	defer func() {
-		if ran {
-			return
-		}
-		// The run panicked: fail this batch and the queue, give the lane
-		// back, then let the panic go on; no caller waits forever.
-		r := recover()
-		err := fmt.Errorf("redis store: reserve: script run panicked: %v", r)
-		s.mu.Lock()
-		queued := s.queue
-		s.queue = nil
-		s.inflight--
-		s.mu.Unlock()
-		for _, c := range slices.Concat(batch, rest, queued) {
-			c.err = err
-			if c != self {
-				close(c.ready)
-			}
-		}
-		panic(r)
-	}()
-	s.reserve(batch)
-	ran = true
-	for _, c := range batch {
-		if c != self {
-			close(c.ready)
-		}
-	}
-	s.mu.Lock()
-	s.lastBatch = len(batch)
-	next := append(rest, s.queue...)
-	s.queue = nil
-	if len(next) == 0 {
-		s.inflight--
-		s.mu.Unlock()
-		return
-	}
-	s.mu.Unlock()
-	next[0].lead = next
-	close(next[0].ready)
-}
 
 // reserve decides calls in one script run and fills in their results. A
 // call whose context has ended is not sent; the run is bounded by the

@@ -450,7 +450,7 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 	// Hosts grouped into one target share the rule of the first one seen.
 	v, ok := t.targets.Load(key)
 	if !ok {
-		v, _ = t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin))
+		v, _ = t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin, t.cfg.maxBatch))
 	}
 	tg := v.(*target)
 	if t.hostCount.Add(1) > maxCachedHosts {
@@ -471,7 +471,7 @@ func (t *Throttler) forget() {
 	t.targets.Range(func(k, v any) bool {
 		tg := v.(*target)
 		tg.mu.Lock()
-		if !tg.busy && !tg.degraded {
+		if tg.calls.idle() && !tg.degraded {
 			t.targets.Delete(k)
 		}
 		tg.mu.Unlock()

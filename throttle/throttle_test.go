@@ -421,17 +421,17 @@ func TestForgetKeepsTargetsInUse(t *testing.T) {
 	require.NoError(t, err)
 	v, _ := tr.targets.Load(busy)
 	tg := v.(*target)
-	tg.mu.Lock()
-	tg.busy = true
-	tg.mu.Unlock()
+	tg.calls.mu.Lock()
+	tg.calls.inflight = 1
+	tg.calls.mu.Unlock()
 
 	tr.forget()
 	var left []string
 	tr.targets.Range(func(k, _ any) bool { left = append(left, k.(string)); return true })
 	require.Equal(t, []string{"b.example"}, left, "only the target with a call in flight stays")
-	tg.mu.Lock()
-	tg.busy = false
-	tg.mu.Unlock()
+	tg.calls.mu.Lock()
+	tg.calls.inflight = 0
+	tg.calls.mu.Unlock()
 
 	d, err := tr.Allow(ctx, "a.example")
 	require.NoError(t, err)

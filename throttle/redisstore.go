@@ -75,7 +75,7 @@ type redisTarget struct {
 type limitArgs struct {
 	lim                   Limit
 	limit, window, gap    any
-	heartbeat, markIfLost any // the liveness, positive (mark and trim) and negative (mark only if the set was lost)
+	heartbeat, markIfLost any // the liveness, positive (mark and trim) and negative (mark only if missing from the set)
 }
 
 func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
@@ -89,8 +89,8 @@ func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
 
 // heartbeatEvery is how often, at most, a process marks itself live on a
 // target, trims the dead from its heartbeat set and renews its TTL. Every
-// call counts the live processes, and marks its process at once if Redis
-// has lost the set.
+// call counts the live processes, and marks its process at once when it is
+// not in the set (Redis lost the set, or the process's last mark failed).
 const heartbeatEvery = time.Second
 
 // RedisOption configures a RedisStore.
@@ -211,7 +211,7 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	c := &reserveCall{ctx: ctx, entered: time.Now(), rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
 	if !s.batch.Load() {
 		s.reserve([]*reserveCall{c})
-	} else if !s.calls.do(ctx, c, s.reserve, fail) {
+	} else if !s.calls.do(ctx, c, s.reserve, failCalls) {
 		return State{}, fmt.Errorf("redis store: reserve %q: %w", target, context.Cause(ctx))
 	}
 	if c.err != nil {
@@ -258,8 +258,8 @@ type reserveCall struct {
 
 func (c *reserveCall) link() *commitLink[*reserveCall] { return &c.commitLink }
 
-// fail records a run's panic for the calls it carried.
-func fail(calls []*reserveCall, err error) {
+// failCalls records a run's panic for the calls it carried.
+func failCalls(calls []*reserveCall, err error) {
 	for _, c := range calls {
 		c.err = fmt.Errorf("redis store: reserve %q: script run %w", c.target, err)
 	}

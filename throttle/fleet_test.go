@@ -25,6 +25,8 @@ type scriptCounter struct {
 	n     atomic.Int64
 	mu    sync.Mutex
 	slots []time.Time
+	byLog map[string][]time.Time // the same slots by target, under its log key
+	multi int                    // reserve runs that decided more than one target
 }
 
 func (c *scriptCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -59,11 +61,20 @@ func (c *scriptCounter) record(args []any, vals []int64) {
 	a := 6 + numKeys // the first block
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for a+5 < len(args) && len(vals) >= 4 {
+	if c.byLog == nil {
+		c.byLog = make(map[string][]time.Time)
+	}
+	if numKeys > 3 {
+		c.multi++
+	}
+	for b := 0; a+5 < len(args) && len(vals) >= 4; b++ {
 		k := args[a+5].(int)
+		log, _ := args[3+3*b].(string)
 		for _, d := range vals[4 : 4+k] {
 			if d >= 0 {
-				c.slots = append(c.slots, time.UnixMicro(now+d))
+				slot := time.UnixMicro(now + d)
+				c.slots = append(c.slots, slot)
+				c.byLog[log] = append(c.byLog[log], slot)
 			}
 		}
 		vals = vals[4+k:]
@@ -164,6 +175,76 @@ func TestFleetProperty(t *testing.T) {
 		keys, err := admin.Keys(context.Background(), prefix+"*").Result()
 		return err == nil && len(keys) == 0
 	}, 3*time.Second, 100*time.Millisecond, "keys left behind")
+}
+
+// TestFleetPropertyManyTargets: 3 independent clients × 8 goroutines, each
+// goroutine waiting on 4 targets in turn, so that one process's calls for
+// different targets share script runs. On the server's clock every target
+// holds at most N bookings in any window and reaches 95% of N/(W+margin),
+// every admission is one booking, and the runs are fewer than the
+// admissions.
+func TestFleetPropertyManyTargets(t *testing.T) {
+	srv := redistest.StartServer(t)
+	prefix := redistest.KeyPrefix(t)
+	const (
+		limit  = 10
+		window = 400 * time.Millisecond
+		margin = 50 * time.Millisecond
+	)
+	targets := []string{"a.example", "b.example", "c.example", "d.example"}
+	rules, err := ParseRules("*=10/400ms")
+	require.NoError(t, err)
+	var calls scriptCounter
+	var throttlers []*Throttler
+	var store *RedisStore
+	for range 3 {
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		client.AddHook(&calls)
+		t.Cleanup(func() { client.Close() })
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix), WithLiveness(window))
+		require.NoError(t, err)
+		store = s
+		tr, err := New(rules, WithStore(s), WithMargin(margin), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { tr.Close() })
+		throttlers = append(throttlers, tr)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for _, tr := range throttlers {
+		for g := range 8 {
+			wg.Go(func() {
+				for i := g; ; i++ {
+					if err := tr.Wait(ctx, targets[i%len(targets)]); err != nil {
+						if !errors.Is(err, context.DeadlineExceeded) {
+							t.Errorf("Wait: %v", err)
+						}
+						return
+					}
+					admitted.Add(1)
+				}
+			})
+		}
+	}
+	wg.Wait()
+
+	require.GreaterOrEqual(t, len(calls.slots), int(admitted.Load()), "every admission was a granted booking")
+	ideal := limit / (window + margin).Seconds()
+	for _, target := range targets {
+		slots := calls.byLog[store.keys(target)[0]]
+		require.LessOrEqual(t, peak(slots, window+margin), limit, "%s: bookings in one window, on the server's clock", target)
+		sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
+		span := slots[len(slots)-1].Sub(slots[0])
+		steady := float64(len(slots)-limit) / span.Seconds()
+		t.Logf("%s: %d bookings in %v: %.1f/s steady, ideal %.1f/s", target, len(slots), span, steady, ideal)
+		require.GreaterOrEqual(t, steady, 0.95*ideal, "%s: steady-state rate", target)
+	}
+	t.Logf("%d admissions, %d script runs, %d of them for several targets", admitted.Load(), calls.n.Load(), calls.multi)
+	require.Less(t, calls.n.Load(), admitted.Load(), "runs shared between targets and waiters")
+	require.Positive(t, calls.multi, "runs shared between targets")
 }
 
 // TestFleetSurvivesRedisRestart kills Redis under a running fleet and brings

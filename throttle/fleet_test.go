@@ -101,109 +101,21 @@ func peak(times []time.Time, window time.Duration) int {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// TestFleetProperty runs 3 independent clients × 8 goroutines on one target
-// against a real Redis for a few seconds and checks the guarantee on the
-// server's clock: every booking the script granted (its slot, in server
-// time) leaves at most N in any window; the steady rate is at least 95% of
-// N/(W+margin); at most 1.05 store calls per admission; and no key is left
-// once its TTL has passed.
-func TestFleetProperty(t *testing.T) {
-	srv := redistest.StartServer(t)
-	prefix := redistest.KeyPrefix(t)
-	// The 24 waiters fit within one window's bookings, the default horizon,
-	// so each admission needs one booking; deeper queues pay one more call
-	// for the waiters beyond the horizon (see WithMaxAhead).
-	const (
-		limit  = 30
-		window = 500 * time.Millisecond
-		margin = 50 * time.Millisecond
-	)
-	rules, err := ParseRules("*=30/500ms")
+// runFleet runs 3 independent clients (each a go-redis client hooked into
+// calls, a RedisStore and a Throttler with rule, margin and a liveness of
+// window) × 8 goroutines calling Wait for 3 seconds, goroutine g on
+// targets[g], targets[g+1], ... in turn. It returns the admissions.
+func runFleet(t *testing.T, addr, prefix, rule string, window, margin time.Duration, targets []string, calls *scriptCounter) int64 {
+	t.Helper()
+	rules, err := ParseRules(rule)
 	require.NoError(t, err)
-	admin := srv.Client(t)
-	var calls scriptCounter
 	var throttlers []*Throttler
 	for range 3 {
-		client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		client.AddHook(&calls)
+		client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		client.AddHook(calls)
 		t.Cleanup(func() { client.Close() })
 		s, err := NewRedisStore(client, WithKeyPrefix(prefix), WithLiveness(window))
 		require.NoError(t, err)
-		tr, err := New(rules, WithStore(s), WithMargin(margin), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		t.Cleanup(func() { tr.Close() })
-		throttlers = append(throttlers, tr)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for _, tr := range throttlers {
-		for range 8 {
-			wg.Go(func() {
-				for {
-					if err := tr.Wait(ctx, "fleet.example"); err != nil {
-						if !errors.Is(err, context.DeadlineExceeded) {
-							t.Errorf("Wait: %v", err)
-						}
-						return
-					}
-					admitted.Add(1)
-				}
-			})
-		}
-	}
-	wg.Wait()
-
-	slots := calls.slots
-	require.GreaterOrEqual(t, len(slots), int(admitted.Load()), "every admission was a granted booking")
-	require.LessOrEqual(t, peak(slots, window+margin), limit, "bookings in one window, on the server's clock")
-	sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
-	span := slots[len(slots)-1].Sub(slots[0])
-	steady := float64(len(slots)-limit) / span.Seconds()
-	ideal := limit / (window + margin).Seconds()
-	perAdmission := float64(calls.n.Load()) / float64(admitted.Load())
-	t.Logf("%d admissions (%d bookings) in %v: %.1f/s steady, ideal %.1f/s; %d script calls (%.3f per admission)",
-		admitted.Load(), len(slots), span, steady, ideal, calls.n.Load(), perAdmission)
-	require.GreaterOrEqual(t, steady, 0.95*ideal, "steady-state rate")
-	require.LessOrEqual(t, perAdmission, 1.05, "store calls per admission")
-
-	// Every key is gone once its TTL has passed: the log after its last
-	// window, the heartbeat after its liveness (2 × 550 ms here).
-	require.Eventually(t, func() bool {
-		keys, err := admin.Keys(context.Background(), prefix+"*").Result()
-		return err == nil && len(keys) == 0
-	}, 3*time.Second, 100*time.Millisecond, "keys left behind")
-}
-
-// TestFleetPropertyManyTargets: 3 independent clients × 8 goroutines, each
-// goroutine waiting on 4 targets in turn, so that one process's calls for
-// different targets share script runs. On the server's clock every target
-// holds at most N bookings in any window and reaches 95% of N/(W+margin),
-// every admission is one booking, and the runs are fewer than the
-// admissions.
-func TestFleetPropertyManyTargets(t *testing.T) {
-	srv := redistest.StartServer(t)
-	prefix := redistest.KeyPrefix(t)
-	const (
-		limit  = 10
-		window = 400 * time.Millisecond
-		margin = 50 * time.Millisecond
-	)
-	targets := []string{"a.example", "b.example", "c.example", "d.example"}
-	rules, err := ParseRules("*=10/400ms")
-	require.NoError(t, err)
-	var calls scriptCounter
-	var throttlers []*Throttler
-	var store *RedisStore
-	for range 3 {
-		client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		client.AddHook(&calls)
-		t.Cleanup(func() { client.Close() })
-		s, err := NewRedisStore(client, WithKeyPrefix(prefix), WithLiveness(window))
-		require.NoError(t, err)
-		store = s
 		tr, err := New(rules, WithStore(s), WithMargin(margin), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })
@@ -230,8 +142,72 @@ func TestFleetPropertyManyTargets(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	return admitted.Load()
+}
 
-	require.GreaterOrEqual(t, len(calls.slots), int(admitted.Load()), "every admission was a granted booking")
+// TestFleetProperty runs 3 independent clients × 8 goroutines on one target
+// against a real Redis for a few seconds and checks the guarantee on the
+// server's clock: every booking the script granted (its slot, in server
+// time) leaves at most N in any window; the steady rate is at least 95% of
+// N/(W+margin); at most 1.05 store calls per admission; and no key is left
+// once its TTL has passed.
+func TestFleetProperty(t *testing.T) {
+	srv := redistest.StartServer(t)
+	prefix := redistest.KeyPrefix(t)
+	// The 24 waiters fit within one window's bookings, the default horizon,
+	// so each admission needs one booking; deeper queues pay one more call
+	// for the waiters beyond the horizon (see WithMaxAhead).
+	const (
+		limit  = 30
+		window = 500 * time.Millisecond
+		margin = 50 * time.Millisecond
+	)
+	admin := srv.Client(t)
+	var calls scriptCounter
+	admitted := runFleet(t, srv.Addr, prefix, "*=30/500ms", window, margin, []string{"fleet.example"}, &calls)
+
+	slots := calls.slots
+	require.GreaterOrEqual(t, len(slots), int(admitted), "every admission was a granted booking")
+	require.LessOrEqual(t, peak(slots, window+margin), limit, "bookings in one window, on the server's clock")
+	sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
+	span := slots[len(slots)-1].Sub(slots[0])
+	steady := float64(len(slots)-limit) / span.Seconds()
+	ideal := limit / (window + margin).Seconds()
+	perAdmission := float64(calls.n.Load()) / float64(admitted)
+	t.Logf("%d admissions (%d bookings) in %v: %.1f/s steady, ideal %.1f/s; %d script calls (%.3f per admission)",
+		admitted, len(slots), span, steady, ideal, calls.n.Load(), perAdmission)
+	require.GreaterOrEqual(t, steady, 0.95*ideal, "steady-state rate")
+	require.LessOrEqual(t, perAdmission, 1.05, "store calls per admission")
+
+	// Every key is gone once its TTL has passed: the log after its last
+	// window, the heartbeat after its liveness (2 × 550 ms here).
+	require.Eventually(t, func() bool {
+		keys, err := admin.Keys(context.Background(), prefix+"*").Result()
+		return err == nil && len(keys) == 0
+	}, 3*time.Second, 100*time.Millisecond, "keys left behind")
+}
+
+// TestFleetPropertyManyTargets: 3 independent clients × 8 goroutines, each
+// goroutine waiting on 4 targets in turn, so that one process's calls for
+// different targets share script runs. On the server's clock every target
+// holds at most N bookings in any window and reaches 95% of N/(W+margin),
+// every admission is one booking, and the runs are fewer than the
+// admissions.
+func TestFleetPropertyManyTargets(t *testing.T) {
+	srv := redistest.StartServer(t)
+	prefix := redistest.KeyPrefix(t)
+	const (
+		limit  = 10
+		window = 400 * time.Millisecond
+		margin = 50 * time.Millisecond
+	)
+	targets := []string{"a.example", "b.example", "c.example", "d.example"}
+	var calls scriptCounter
+	admitted := runFleet(t, srv.Addr, prefix, "*=10/400ms", window, margin, targets, &calls)
+	store, err := NewRedisStore(srv.Client(t), WithKeyPrefix(prefix)) // for key names
+	require.NoError(t, err)
+
+	require.GreaterOrEqual(t, len(calls.slots), int(admitted), "every admission was a granted booking")
 	ideal := limit / (window + margin).Seconds()
 	for _, target := range targets {
 		slots := calls.byLog[store.keys(target)[0]]
@@ -242,8 +218,8 @@ func TestFleetPropertyManyTargets(t *testing.T) {
 		t.Logf("%s: %d bookings in %v: %.1f/s steady, ideal %.1f/s", target, len(slots), span, steady, ideal)
 		require.GreaterOrEqual(t, steady, 0.95*ideal, "%s: steady-state rate", target)
 	}
-	t.Logf("%d admissions, %d script runs, %d of them for several targets", admitted.Load(), calls.n.Load(), calls.multi)
-	require.Less(t, calls.n.Load(), admitted.Load(), "runs shared between targets and waiters")
+	t.Logf("%d admissions, %d script runs, %d of them for several targets", admitted, calls.n.Load(), calls.multi)
+	require.Less(t, calls.n.Load(), admitted, "runs shared between targets and waiters")
 	require.Positive(t, calls.multi, "runs shared between targets")
 }
 

@@ -42,7 +42,7 @@ const (
 // goroutines, each pair run back to back.
 func BenchmarkRedisDecisions(b *testing.B) {
 	srv := startRedis(b)
-	stats := serverStats{srv.client(b)}
+	stats := &serverStats{c: srv.client(b)}
 	ctx := context.Background()
 	for _, sc := range decisionScenarios {
 		hs := hosts(sc.targets)

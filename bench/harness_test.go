@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -115,18 +116,47 @@ func hosts(n int) []string {
 }
 
 // serverStats reads what the server spent on scripts since the last
-// CONFIG RESETSTAT: INFO commandstats' usec and calls of EVALSHA and EVAL.
-type serverStats struct{ c *redis.Client }
+// CONFIG RESETSTAT (INFO commandstats' usec and calls of EVALSHA and EVAL),
+// and the CPU time the server and this process used since reset.
+type serverStats struct {
+	c                  *redis.Client
+	serverCPU, selfCPU time.Duration // at reset
+}
 
-func (s serverStats) reset(b *testing.B) {
+func (s *serverStats) reset(b *testing.B) {
 	if err := s.c.ConfigResetStat(context.Background()).Err(); err != nil {
 		b.Fatal(err)
 	}
+	s.serverCPU, s.selfCPU = s.serverCPUTime(b), processCPUTime()
 }
 
-// report adds server-µs/op, the server's time inside scripts per op, and
-// calls/op, the script runs per op (below 1 when calls are shared).
-func (s serverStats) report(b *testing.B) {
+// serverCPUTime is the CPU time (user and system) the server has used, from
+// INFO cpu.
+func (s *serverStats) serverCPUTime(b *testing.B) time.Duration {
+	info, err := s.c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sec float64
+	for line := range strings.Lines(info) {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %s: %v", line, err)
+			}
+			sec += f
+		}
+	}
+	return time.Duration(sec * float64(time.Second))
+}
+
+// report adds server-µs/op, the server's time inside scripts per op,
+// calls/op, the script runs per op (below 1 when calls are shared), and the
+// CPU time per op of the server (server-cpu-µs/op, its network work
+// included) and of this process (client-cpu-µs/op, where the OS reports it).
+func (s *serverStats) report(b *testing.B) {
+	serverCPU, selfCPU := s.serverCPUTime(b), processCPUTime()
 	info, err := s.c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
@@ -150,4 +180,8 @@ func (s serverStats) report(b *testing.B) {
 	}
 	b.ReportMetric(usec/float64(b.N), "server-µs/op")
 	b.ReportMetric(calls/float64(b.N), "calls/op")
+	b.ReportMetric(float64(serverCPU-s.serverCPU)/float64(time.Microsecond)/float64(b.N), "server-cpu-µs/op")
+	if selfCPU > 0 {
+		b.ReportMetric(float64(selfCPU-s.selfCPU)/float64(time.Microsecond)/float64(b.N), "client-cpu-µs/op")
+	}
 }

@@ -145,7 +145,7 @@ func heapAlloc() uint64 {
 // (reserve+cancel makes two calls per op).
 func BenchmarkLogSize(b *testing.B) {
 	srv := startRedis(b)
-	stats := serverStats{srv.client(b)}
+	stats := &serverStats{c: srv.client(b)}
 	ctx := context.Background()
 	const host = "hot.bench.test"
 	for _, store := range []string{"redis", "memory"} {
@@ -202,7 +202,7 @@ func BenchmarkLogSize(b *testing.B) {
 // store also runs 200,000 targets, past the Throttler's 100,000-host cache.
 func BenchmarkTargets(b *testing.B) {
 	srv := startRedis(b)
-	stats := serverStats{srv.client(b)}
+	stats := &serverStats{c: srv.client(b)}
 	ctx := context.Background()
 	for _, store := range []string{"redis", "memory"} {
 		counts := []int{1, 1_000, 100_000}

@@ -62,7 +62,7 @@ func BenchmarkRedisMemoryPerTarget(b *testing.B) {
 			fillOne(b, thr, host, n, 8)
 			warn.check(b)
 			tag := prefix + "{" + host + "}:"
-			if card := c.ZCard(ctx, tag+"log").Val(); card != int64(n) {
+			if card := c.LLen(ctx, tag+"log").Val(); card != int64(n) {
 				b.Fatalf("log holds %d entries, want %d", card, n)
 			}
 			var logB, procsB int64

@@ -1,13 +1,15 @@
 -- fleetgate sliding-window log.
 --
--- One atomic script keeps, per target, a sorted set of admission times (the
--- log), a fleet-wide pause and a heartbeat set of live processes. Every key
--- arrives through KEYS and shares one {hash tag}, so a target lives in one
--- Redis Cluster slot. Times are integer microseconds of the Redis server's
--- clock (TIME), so every worker shares one timeline whatever its own clock.
+-- One atomic script keeps, per target, a log of admission slots, a
+-- fleet-wide pause and a heartbeat set of live processes. Every key arrives
+-- through KEYS and shares one {hash tag}, so a target lives in one Redis
+-- Cluster slot. Times are integer microseconds of the Redis server's clock
+-- (TIME), so every worker shares one timeline whatever its own clock.
 --
 -- KEYS: three per target, in this order:
---   log    sorted set: member = one admitted unit, score = its slot (us)
+--   log    list, in slot order (every new slot is at or after the last):
+--          one element per admitted unit, its slot as 16 digits then its
+--          member (unique: no two units collapse into one)
 --   pause  string: the end of the fleet-wide pause (us)
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
@@ -20,13 +22,14 @@
 --          limit, window us, gap us,
 --          heartbeat: the liveness us; positive: mark this process live,
 --            drop processes not seen for that long and renew the TTL;
---            negative: mark it only if it is not in the set (Redis lost
---            the set, or an earlier mark failed),
+--            negative: only count the set, unless the log was lost (then
+--            mark at once, as if positive); every call counts the live,
 --          the latest slot (us) this process has seen in the log, 0 if none,
 --          count k, then k triples: member, units n, max wait us (-1: none).
---   If the log is empty although that slot is still inside the window,
---   Redis has lost the log (a restart, a failover): the target is paused
---   until a window after that slot, as if the lost log had been full.
+--   Entries at or before now - window are dropped first. If the log is
+--   then empty although that slot is still inside the window, Redis has
+--   lost the log (a restart, a failover): the target is paused until a
+--   window after that slot, as if the lost log had been full.
 --   Each request in turn gets the earliest slot s >= now such that every
 --   interval of length window holds at most limit units once its n units are
 --   written at s: s is after the pause, after every earlier entry (FIFO), at
@@ -41,14 +44,19 @@
 -- pause:   ARGV[3] duration us (0 reads the pause). The pause only grows.
 --          Reply: {now, pause us remaining}.
 -- restore: ARGV[3] window us, then pairs: member, age us (the entry's slot is
---          now - age, negative ages are future slots). Reply: {now, added}.
+--          now - age, negative ages are future slots). A member already in
+--          the log is not added again. Reply: {now, added}.
+--
+-- The log's TTL outlives its last entry by at least a window. It is renewed
+-- only when the last entry moves into a later window-long bucket (to the
+-- end of the bucket after that one), so most writes leave it alone.
 
 local log, pausekey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
 
 -- Numbers go to Redis as strings made with %d: Redis would format a Lua
 -- number with %.17g, which costs more than the command itself.
-local fmt = string.format
+local fmt, sub, floor = string.format, string.sub, math.floor
 
 local now = tonumber(ARGV[2])
 if not now then
@@ -56,11 +64,26 @@ if not now then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+local function entry(slot, member) return fmt('%016d', slot) .. member end
+local function slot_of(e) return tonumber(sub(e, 1, 16)) end
+local function member_of(e) return sub(e, 17) end
+
 local function pexpire_until(key, until_us)
   -- A TTL in whole milliseconds, never 0: the key outlives its last use.
-  local ms = math.floor((until_us - now) / 1000) + 1
+  local ms = floor((until_us - now) / 1000) + 1
   if ms < 1 then ms = 1 end
   redis.call('PEXPIRE', key, fmt('%d', ms))
+end
+
+-- renew keeps the log alive for a window after its last entry, last. prev
+-- is the last entry before this call's writes (nil when the log was empty
+-- or its TTL unknown): while last stays in prev's bucket, the TTL that the
+-- write into that bucket set still covers it.
+local function renew(last, window, prev)
+  local b = floor(last / window)
+  if prev == nil or floor(prev / window) ~= b then
+    pexpire_until(log, (b + 2) * window)
+  end
 end
 
 local function pause_until()
@@ -69,10 +92,50 @@ local function pause_until()
   return 0
 end
 
-local function last_score()
-  local last = redis.call('ZRANGE', log, '-1', '-1', 'WITHSCORES')
-  if #last == 2 then return tonumber(last[2]) end
-  return nil
+local function at(i) return slot_of(redis.call('LINDEX', log, fmt('%d', i))) end
+
+-- trim drops the entries at or before cutoff (the head of the log) and
+-- returns how many are left and the last one's slot (nil when none).
+local function trim(cutoff)
+  local len = redis.call('LLEN', log)
+  if len == 0 then return 0, nil end
+  local last = at(-1)
+  if last <= cutoff then
+    redis.call('DEL', log)
+    return 0, nil
+  end
+  if at(0) > cutoff then return len, last end
+  -- Entry lo is dropped, hi (the last, at worst) kept: gallop, then bisect.
+  local lo, hi, step = 0, len - 1, 1
+  while lo + step < hi do
+    if at(lo + step) > cutoff then
+      hi = lo + step
+      break
+    end
+    lo = lo + step
+    step = step * 2
+  end
+  while hi - lo > 1 do
+    local mid = floor((lo + hi) / 2)
+    if at(mid) > cutoff then hi = mid else lo = mid end
+  end
+  redis.call('LTRIM', log, fmt('%d', hi), '-1')
+  return len - hi, last
+end
+
+-- push appends entries to the log, in chunks: unpack has a stack limit.
+local function push(entries)
+  for i = 1, #entries, 1000 do
+    redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, #entries)))
+  end
+end
+
+-- mark marks this process live and drops the processes not seen for
+-- liveness.
+local function mark(proc, liveness)
+  redis.call('ZADD', procs, fmt('%d', now), proc)
+  redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
+  pexpire_until(procs, now + liveness)
 end
 
 if op == 'reserve' then
@@ -92,14 +155,12 @@ if op == 'reserve' then
     end
     a = a + 6
 
-    redis.call('ZREMRANGEBYSCORE', log, '-inf', fmt('%d', now - window))
+    local len, last = trim(now - window)
+    local prev = last
     local pause = pause_until()
-    -- card and last follow every write below, so each is read once.
-    local card = redis.call('ZCARD', log)
-    local last = nil
-    if card > 0 then
-      last = last_score()
-    elseif seen > now - window and seen + window > pause then
+    local lost = false
+    if len == 0 and seen > now - window and seen + window > pause then
+      lost = true
       pause = seen + window -- the log was lost: count it as full
       redis.call('SET', pausekey, fmt('%d', pause))
       pexpire_until(pausekey, pause)
@@ -107,7 +168,10 @@ if op == 'reserve' then
     -- The block's fixed values, filled in once its requests are decided.
     local base = #reply
     reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = 0, 0, 0, 0
-    local wrote = false
+    -- New entries are written at the end of the block; until then the
+    -- (limit-n+1)-th most recent entry may be one of them (their slots).
+    local new, slots = {}, {}
+    local cached, cachedSlot = nil, nil -- the last list element read
     for i = 1, k do
       local member = ARGV[a]
       local n = tonumber(ARGV[a + 1])
@@ -122,26 +186,32 @@ if op == 'reserve' then
       local granted = false
       if n and maxwait and n >= 1 and n <= limit then
         local r = limit - n + 1 -- the (limit-n+1)-th most recent entry bounds the slot
-        if card >= r then
-          local e = redis.call('ZRANGE', log, fmt('%d', -r), fmt('%d', -r), 'WITHSCORES')
-          local bound = tonumber(e[2]) + window
-          if bound > slot then slot = bound end
+        if len + #slots >= r then
+          local e
+          if r <= #slots then
+            e = slots[#slots - r + 1]
+          else
+            local back = r - #slots -- from the list's end, 1 = its last
+            local idx = len - back  -- from its head, 0 = its first
+            if idx ~= cached then
+              -- LINDEX walks from the nearer end.
+              if idx < back then cachedSlot = at(idx) else cachedSlot = at(-back) end
+              cached = idx
+            end
+            e = cachedSlot
+          end
+          if e + window > slot then slot = e + window end
         end
         if maxwait < 0 or slot - now <= maxwait then
-          granted, wrote = true, true
+          granted = true
           if n == 1 then
-            card = card + redis.call('ZADD', log, fmt('%d', slot), member)
+            new[#new + 1] = entry(slot, member)
+            slots[#slots + 1] = slot
           else
-            -- ZADD in chunks: unpack has a stack limit.
-            local args = {}
-            local score = fmt('%d', slot)
+            local prefix = fmt('%016d', slot) .. member .. '.'
             for j = 1, n do
-              args[#args + 1] = score
-              args[#args + 1] = member .. '.' .. j
-              if #args >= 1000 or j == n then
-                card = card + redis.call('ZADD', log, unpack(args))
-                args = {}
-              end
+              new[#new + 1] = prefix .. j
+              slots[#slots + 1] = slot
             end
           end
           last = slot
@@ -155,23 +225,21 @@ if op == 'reserve' then
         reply[#reply + 1] = -1 - (slot - now)
       end
     end
-    if wrote then pexpire_until(log, last + window) end
+    if #new > 0 then
+      push(new)
+      renew(last, window, prev)
+    end
 
     -- The heartbeat: a process marks itself live about once a second per
-    -- target, and at once when it is not in the set; every call counts the
-    -- live processes, this one included.
+    -- target, and at once when the log was lost; every call counts.
     if liveness > 0 then
-      redis.call('ZADD', procs, fmt('%d', now), proc)
-      redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
-      pexpire_until(procs, now + liveness)
-    elseif not redis.call('ZSCORE', procs, proc) then
-      -- Not in the set: Redis lost it, or this process's last mark failed.
-      redis.call('ZADD', procs, fmt('%d', now), proc)
-      pexpire_until(procs, now - liveness)
+      mark(proc, liveness)
+    elseif lost then
+      mark(proc, -liveness)
     end
     local live = redis.call('ZCARD', procs)
 
-    local remaining = limit - card
+    local remaining = limit - len - #slots
     if remaining < 0 or pause > 0 then remaining = 0 end
     local reset = 0
     if last then reset = last + window - now end
@@ -182,11 +250,39 @@ if op == 'reserve' then
   return reply
 
 elseif op == 'cancel' then
-  local removed = 0
+  -- A cancelled reservation is most likely among the latest entries: search
+  -- from the end, in growing chunks, until every member is found.
+  local want, left = {}, 0
   for i = 3, #ARGV do
-    removed = removed + redis.call('ZREM', log, ARGV[i])
+    if not want[ARGV[i]] then
+      want[ARGV[i]] = true
+      left = left + 1
+    end
   end
-  return {now, removed, last_score() or 0}
+  local found = {}
+  local to = redis.call('LLEN', log) -- search [from, to)
+  local chunk = 8
+  while left > 0 and to > 0 do
+    local from = math.max(0, to - chunk)
+    local es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+    for i = #es, 1, -1 do
+      local m = member_of(es[i])
+      if want[m] then
+        want[m] = nil
+        left = left - 1
+        found[#found + 1] = es[i]
+      end
+    end
+    to, chunk = from, chunk * 2
+  end
+  local removed = 0
+  for _, e in ipairs(found) do
+    removed = removed + redis.call('LREM', log, '-1', e)
+  end
+  local last = 0
+  local e = redis.call('LINDEX', log, '-1')
+  if e then last = slot_of(e) end
+  return {now, removed, last}
 
 elseif op == 'pause' then
   local d = tonumber(ARGV[3])
@@ -204,19 +300,46 @@ elseif op == 'pause' then
 elseif op == 'restore' then
   local window = tonumber(ARGV[3])
   if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
-  local added = 0
+  local len, last = trim(now - window)
+  local old = {}
+  if len > 0 then old = redis.call('LRANGE', log, '0', '-1') end
+  local have = {}
+  for _, e in ipairs(old) do have[member_of(e)] = true end
+  local add = {}
   for i = 4, #ARGV - 1, 2 do
     local age = tonumber(ARGV[i + 1])
-    if age then
-      local slot = now - age
-      if slot > now - window then
-        added = added + redis.call('ZADD', log, fmt('%d', slot), ARGV[i])
-      end
+    local m = ARGV[i]
+    if age and not have[m] and now - age > now - window then
+      have[m] = true
+      add[#add + 1] = {now - age, m}
     end
   end
-  local last = last_score()
-  if last then pexpire_until(log, last + window) end
-  return {now, added}
+  if #add == 0 then return {now, 0} end
+  table.sort(add, function(x, y) return x[1] < y[1] end)
+  local merged = {}
+  if last == nil or add[1][1] >= last then
+    -- All after the log's end: append.
+    for _, x in ipairs(add) do merged[#merged + 1] = entry(x[1], x[2]) end
+    push(merged)
+  else
+    -- Merge in slot order and write the log anew.
+    local i, j = 1, 1
+    while i <= #old or j <= #add do
+      if j > #add or (i <= #old and slot_of(old[i]) <= add[j][1]) then
+        merged[#merged + 1] = old[i]
+        i = i + 1
+      else
+        merged[#merged + 1] = entry(add[j][1], add[j][2])
+        j = j + 1
+      end
+    end
+    redis.call('DEL', log)
+    push(merged)
+  end
+  local tail = add[#add][1]
+  if last and last > tail then tail = last end
+  renew(tail, window, nil)
+  return {now, #add}
 end
 
 return redis.error_reply('fleetgate: unknown op ' .. tostring(op))

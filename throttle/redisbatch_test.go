@@ -65,7 +65,7 @@ func TestRedisStoreBatchesTargets(t *testing.T) {
 	granted := reserveMany(t, s, lim, targets, per)
 	for i, n := range granted {
 		require.EqualValues(t, lim.Limit, n, "target %d", i)
-		entries, err := client.ZCard(context.Background(), s.keys(fmt.Sprintf("t%d.example", i))[0]).Result()
+		entries, err := client.LLen(context.Background(), s.keys(fmt.Sprintf("t%d.example", i))[0]).Result()
 		require.NoError(t, err)
 		require.EqualValues(t, lim.Limit, entries, "target %d", i)
 	}
@@ -126,7 +126,9 @@ func TestRedisStoreBadReply(t *testing.T) {
 }
 
 // TestRedisStoreMarksItselfWhenTheHeartbeatIsLost: a process marks itself
-// live once a second, but at once when Redis has lost the heartbeat set.
+// live on its first call for a target and then once a second; between marks
+// it only counts the set, even one Redis has lost; but when Redis has lost
+// the target's log too (a restart), the call marks at once.
 func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 	client := redistest.StartServer(t).Client(t)
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
@@ -134,19 +136,39 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 	ctx := context.Background()
 	lim := Limit{Limit: 100, Window: time.Minute}
 	g := make([]Grant, 1)
-	procs := s.keys("example.com")[2]
-	for i := range 3 {
-		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1}}, g)
+	keys := s.keys("example.com")
+	marked := func(call string) {
+		t.Helper()
+		members, err := client.ZRange(ctx, keys[2], 0, -1).Result()
 		require.NoError(t, err)
-		require.Equal(t, 1, st.Live, "call %d", i)
-		members, err := client.ZRange(ctx, procs, 0, -1).Result()
+		require.Equal(t, []string{s.Process()}, members, call)
+		ttl, err := client.PTTL(ctx, keys[2]).Result()
 		require.NoError(t, err)
-		require.Equal(t, []string{s.Process()}, members, "call %d", i)
-		ttl, err := client.PTTL(ctx, procs).Result()
-		require.NoError(t, err)
-		require.Greater(t, ttl, time.Duration(0), "call %d: the heartbeat set has a TTL", i)
-		require.NoError(t, client.Del(ctx, procs).Err()) // as if Redis had lost it
+		require.Greater(t, ttl, time.Duration(0), "%s: the heartbeat set has a TTL", call)
 	}
+
+	st, err := s.Reserve(ctx, "example.com", lim, oneUnit(), g)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Live, "the first call marks")
+	marked("first call")
+
+	require.NoError(t, client.Del(ctx, keys[2]).Err()) // Redis lost the set, not the log
+	st, err = s.Reserve(ctx, "example.com", lim, oneUnit(), g)
+	require.NoError(t, err)
+	require.Equal(t, 0, st.Live, "no mark is due: the call only counts")
+
+	s.target("example.com").marked.Store(0) // a second has passed
+	st, err = s.Reserve(ctx, "example.com", lim, oneUnit(), g)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Live, "the next heartbeat marks again")
+	marked("heartbeat")
+
+	require.NoError(t, client.Del(ctx, keys[0], keys[2]).Err()) // a restart: the log is gone too
+	st, err = s.Reserve(ctx, "example.com", lim, oneUnit(), g)
+	require.NoError(t, err)
+	require.Equal(t, 1, st.Live, "a lost log marks at once")
+	marked("after the lost log")
+	require.Positive(t, st.Paused, "a lost log holds the target")
 }
 
 // TestRedisStoreQueuedCallIsNotEarly: a call that waited in the queue was
@@ -368,8 +390,7 @@ func TestRedisStoreLeaderIsNotEarly(t *testing.T) {
 }
 
 // TestRedisStoreFailedCallMarksAgain: a run that fails does not count as
-// this process's heartbeat, and a process missing from the set marks itself
-// on its next call, whoever else is in it: Live always counts the caller.
+// this process's heartbeat: its next call marks it.
 func TestRedisStoreFailedCallMarksAgain(t *testing.T) {
 	client := redistest.StartServer(t).Client(t)
 	prefix := redistest.KeyPrefix(t)
@@ -390,13 +411,9 @@ func TestRedisStoreFailedCallMarksAgain(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Live, "after a failed first call")
 
-	require.NoError(t, client.Del(ctx, s1.keys("x.example")[2]).Err()) // Redis lost the set
 	st, err = s1.Reserve(ctx, "x.example", lim, oneUnit(), g)
 	require.NoError(t, err)
-	require.Equal(t, 1, st.Live)
-	st, err = s2.Reserve(ctx, "x.example", lim, oneUnit(), g)
-	require.NoError(t, err)
-	require.Equal(t, 2, st.Live, "the second process to call after the loss marks itself too")
+	require.Equal(t, 2, st.Live, "a call between marks counts both")
 }
 
 // TestRedisStoreRejectsBadLimits: a bad limit fails its own call before any

@@ -73,24 +73,25 @@ type redisTarget struct {
 // limitArgs are a Limit's script arguments, boxed once: a target's limit
 // rarely changes, and boxing them on every call cost allocations.
 type limitArgs struct {
-	lim                   Limit
-	limit, window, gap    any
-	heartbeat, markIfLost any // the liveness, positive (mark and trim) and negative (mark only if missing from the set)
+	lim                Limit
+	limit, window, gap any
+	heartbeat, quiet   any // the liveness, positive (mark and trim) and negative (only count)
 }
 
 func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
 	if a := rt.args.Load(); a != nil && a.lim == lim {
 		return a
 	}
-	a := &limitArgs{lim: lim, limit: lim.Limit, window: us(lim.Window), gap: us(lim.Gap), heartbeat: us(liveness), markIfLost: -us(liveness)}
+	a := &limitArgs{lim: lim, limit: lim.Limit, window: us(lim.Window), gap: us(lim.Gap), heartbeat: us(liveness), quiet: -us(liveness)}
 	rt.args.Store(a)
 	return a
 }
 
 // heartbeatEvery is how often, at most, a process marks itself live on a
 // target, trims the dead from its heartbeat set and renews its TTL. Every
-// call counts the live processes, and marks its process at once when it is
-// not in the set (Redis lost the set, or the process's last mark failed).
+// call counts the live processes. Between marks a process is not marked
+// again even if Redis has lost the set, except when Redis has lost the
+// target's log too (a restart): then the call marks at once.
 const heartbeatEvery = time.Second
 
 // RedisOption configures a RedisStore.
@@ -318,7 +319,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	want := 1
 	for _, c := range calls {
 		la := c.rt.limitArgs(c.lim, max(s.liveness, 2*c.lim.Window))
-		hb := la.markIfLost
+		hb := la.quiet
 		if c.marking = c.rt.heartbeatDue(la.heartbeat); c.marking != 0 {
 			hb = la.heartbeat
 		}

@@ -17,14 +17,16 @@ import (
 // through one of the three KEYS variables, never a name built from ARGV, so
 // Redis Cluster can route it and the keys share the target's hash slot.
 func TestKeysOnlyThroughKEYS(t *testing.T) {
-	require.Contains(t, SlidingLog, "local log, pausekey, procs = KEYS[1], KEYS[2], KEYS[3]")
+	require.Contains(t, SlidingLog, "local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]")
 	calls := regexp.MustCompile(`redis\.call\('([A-Z]+)'(?:,\s*([^,)]+))?`).FindAllStringSubmatch(SlidingLog, -1)
 	require.NotEmpty(t, calls)
-	keys := []string{"log", "pausekey", "procs"}
+	keys := []string{"log", "metakey", "procs"}
 	for _, c := range calls {
 		switch {
 		case c[1] == "TIME":
 		case c[1] == "PEXPIRE" && strings.TrimSpace(c[2]) == "key": // inside pexpire_until, checked below
+		case c[1] == "MGET" && strings.TrimSpace(c[2]) == "unpack(mkeys":
+			require.Contains(t, SlidingLog, "mkeys[#mkeys + 1] = KEYS[b]", "MGET must read keys from KEYS")
 		default:
 			require.Contains(t, keys, strings.TrimSpace(c[2]), "%s must take its key from KEYS", c[0])
 		}

@@ -1,7 +1,8 @@
 -- fleetgate sliding-window log.
 --
 -- One atomic script keeps, per target, a log of admission slots, a
--- fleet-wide pause and a heartbeat set of live processes. Every key arrives
+-- fleet-wide pause, a heartbeat set of live processes and their count.
+-- Every key arrives
 -- through KEYS and shares one {hash tag}, so a target lives in one Redis
 -- Cluster slot. Times are integer microseconds of the Redis server's clock
 -- (TIME), so every worker shares one timeline whatever its own clock.
@@ -10,7 +11,8 @@
 --   log    list, in slot order (every new slot is at or after the last):
 --          one element per admitted unit, its slot as 16 digits then its
 --          member (unique: no two units collapse into one)
---   pause  string: the end of the fleet-wide pause (us)
+--   meta   string "<pause>:<live>": the end of the fleet-wide pause (us,
+--          0 for none) and the live processes counted at the latest mark
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
 -- one or more (on a single node, where keys of many slots may meet).
@@ -21,9 +23,9 @@
 -- reserve: ARGV[3] process id, then for each target, in KEYS order, a block:
 --          limit, window us, gap us,
 --          heartbeat: the liveness us; positive: mark this process live,
---            drop processes not seen for that long and renew the TTL;
---            negative: only count the set, unless the log was lost (then
---            mark at once, as if positive); every call counts the live,
+--            drop processes not seen for that long, renew the TTL and
+--            store their count in meta; negative: read the count from
+--            meta, unless the log was lost (then mark at once),
 --          the latest slot (us) this process has seen in the log, 0 if none,
 --          count k, then k triples: member, units n, max wait us (-1: none).
 --   Entries at or before now - window are dropped first. If the log is
@@ -41,7 +43,8 @@
 --           us to its slot when granted, or -1 - that delay when refused}.
 -- cancel:  ARGV[3..] members to remove. Reply: {now, removed, the last
 --          entry's slot or 0 when the log is now empty}.
--- pause:   ARGV[3] duration us (0 reads the pause). The pause only grows.
+-- pause:   ARGV[3] duration us (0 reads the pause), ARGV[4] liveness us
+--          (how long meta keeps the count). The pause only grows.
 --          Reply: {now, pause us remaining}.
 -- restore: ARGV[3] window us, then pairs: member, age us (the entry's slot is
 --          now - age, negative ages are future slots). A member already in
@@ -51,7 +54,7 @@
 -- only when the last entry moves into a later window-long bucket (to the
 -- end of the bucket after that one), so most writes leave it alone.
 
-local log, pausekey, procs = KEYS[1], KEYS[2], KEYS[3]
+local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
 
 -- Numbers go to Redis as strings made with %d: Redis would format a Lua
@@ -86,41 +89,74 @@ local function renew(last, window, prev)
   end
 end
 
-local function pause_until()
-  local p = tonumber(redis.call('GET', pausekey))
-  if p and p > now then return p end
-  return 0
+-- parse_meta reads a meta value (false when there is none): the pause end
+-- and the live count.
+local function parse_meta(v)
+  if not v then return 0, 0 end
+  local i = string.find(v, ':', 1, true)
+  if not i then return tonumber(v) or 0, 0 end
+  return tonumber(sub(v, 1, i - 1)) or 0, tonumber(sub(v, i + 1)) or 0
+end
+
+-- write_meta stores the pause end and the live count, kept until the pause
+-- ends or for keep us, whichever is later.
+local function write_meta(pause_end, live, keep)
+  if pause_end - now > keep then keep = pause_end - now end
+  redis.call('SET', metakey, fmt('%d:%d', pause_end, live), 'PX', fmt('%d', floor(keep / 1000) + 1))
 end
 
 local function at(i) return slot_of(redis.call('LINDEX', log, fmt('%d', i))) end
 
--- trim drops the entries at or before cutoff (the head of the log) and
--- returns how many are left and the last one's slot (nil when none).
-local function trim(cutoff)
-  local len = redis.call('LLEN', log)
-  if len == 0 then return 0, nil end
-  local last = at(-1)
+-- HEAD is how many entries read_log fetches from the head of the log: a
+-- short log is read whole in one call.
+local HEAD = 16
+
+-- read_log drops the entries at or before cutoff (the head of the log) and
+-- returns how many are left, the last one's slot (nil when none), and the
+-- first entries fetched with the offset of the first one left among them:
+-- entry i (0 = the head) is head[off + i + 1] while that is in head.
+local function read_log(cutoff)
+  local head = redis.call('LRANGE', log, '0', fmt('%d', HEAD - 1))
+  local n = #head
+  if n == 0 then return 0, nil, head, 0 end
+  local len, last
+  if n < HEAD then
+    len, last = n, slot_of(head[n])
+  else
+    len, last = redis.call('LLEN', log), at(-1)
+  end
   if last <= cutoff then
     redis.call('DEL', log)
-    return 0, nil
+    return 0, nil, {}, 0
   end
-  if at(0) > cutoff then return len, last end
-  -- Entry lo is dropped, hi (the last, at worst) kept: gallop, then bisect.
-  local lo, hi, step = 0, len - 1, 1
-  while lo + step < hi do
-    if at(lo + step) > cutoff then
-      hi = lo + step
-      break
+  if slot_of(head[1]) > cutoff then return len, last, head, 0 end
+  -- Entry lo is dropped, hi kept.
+  local lo, hi = 0, len - 1
+  if n == len or slot_of(head[n]) > cutoff then
+    hi = n - 1
+    while hi - lo > 1 do
+      local mid = floor((lo + hi) / 2)
+      if slot_of(head[mid + 1]) > cutoff then hi = mid else lo = mid end
     end
-    lo = lo + step
-    step = step * 2
-  end
-  while hi - lo > 1 do
-    local mid = floor((lo + hi) / 2)
-    if at(mid) > cutoff then hi = mid else lo = mid end
+  else
+    -- Every fetched entry is dropped: gallop past them, then bisect.
+    lo = n - 1
+    local step = n
+    while lo + step < hi do
+      if at(lo + step) > cutoff then
+        hi = lo + step
+        break
+      end
+      lo = lo + step
+      step = step * 2
+    end
+    while hi - lo > 1 do
+      local mid = floor((lo + hi) / 2)
+      if at(mid) > cutoff then hi = mid else lo = mid end
+    end
   end
   redis.call('LTRIM', log, fmt('%d', hi), '-1')
-  return len - hi, last
+  return len - hi, last, head, hi
 end
 
 -- push appends entries to the log, in chunks: unpack has a stack limit.
@@ -130,20 +166,30 @@ local function push(entries)
   end
 end
 
--- mark marks this process live and drops the processes not seen for
--- liveness.
+-- mark marks this process live, drops the processes not seen for liveness
+-- and returns how many are live.
 local function mark(proc, liveness)
   redis.call('ZADD', procs, fmt('%d', now), proc)
   redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
   pexpire_until(procs, now + liveness)
+  return redis.call('ZCARD', procs)
 end
 
 if op == 'reserve' then
   local proc = ARGV[3]
   local reply = {now}
+  -- Every target's meta in one read.
+  local metas
+  if #KEYS == 3 then
+    metas = {redis.call('GET', metakey)}
+  else
+    local mkeys = {}
+    for b = 2, #KEYS, 3 do mkeys[#mkeys + 1] = KEYS[b] end
+    metas = redis.call('MGET', unpack(mkeys))
+  end
   local a = 4 -- the next block's first argument
   for b = 1, #KEYS, 3 do
-    log, pausekey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
+    log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
     local limit = tonumber(ARGV[a])
     local window = tonumber(ARGV[a + 1])
     local gap = tonumber(ARGV[a + 2])
@@ -155,15 +201,14 @@ if op == 'reserve' then
     end
     a = a + 6
 
-    local len, last = trim(now - window)
+    local pause, live = parse_meta(metas[(b + 2) / 3])
+    if pause <= now then pause = 0 end
+    local len, last, head, off = read_log(now - window)
     local prev = last
-    local pause = pause_until()
     local lost = false
     if len == 0 and seen > now - window and seen + window > pause then
       lost = true
       pause = seen + window -- the log was lost: count it as full
-      redis.call('SET', pausekey, fmt('%d', pause))
-      pexpire_until(pausekey, pause)
     end
     -- The block's fixed values, filled in once its requests are decided.
     local base = #reply
@@ -171,7 +216,7 @@ if op == 'reserve' then
     -- New entries are written at the end of the block; until then the
     -- (limit-n+1)-th most recent entry may be one of them (their slots).
     local new, slots = {}, {}
-    local cached, cachedSlot = nil, nil -- the last list element read
+    local cached, cachedSlot = nil, nil -- the last entry read by LINDEX
     for i = 1, k do
       local member = ARGV[a]
       local n = tonumber(ARGV[a + 1])
@@ -191,14 +236,18 @@ if op == 'reserve' then
           if r <= #slots then
             e = slots[#slots - r + 1]
           else
-            local back = r - #slots -- from the list's end, 1 = its last
+            local back = r - #slots -- from the log's end, 1 = its last
             local idx = len - back  -- from its head, 0 = its first
-            if idx ~= cached then
-              -- LINDEX walks from the nearer end.
-              if idx < back then cachedSlot = at(idx) else cachedSlot = at(-back) end
-              cached = idx
+            if off + idx < #head then
+              e = slot_of(head[off + idx + 1])
+            else
+              if idx ~= cached then
+                -- LINDEX walks from the nearer end.
+                if idx < back then cachedSlot = at(idx) else cachedSlot = at(-back) end
+                cached = idx
+              end
+              e = cachedSlot
             end
-            e = cachedSlot
           end
           if e + window > slot then slot = e + window end
         end
@@ -231,13 +280,13 @@ if op == 'reserve' then
     end
 
     -- The heartbeat: a process marks itself live about once a second per
-    -- target, and at once when the log was lost; every call counts.
-    if liveness > 0 then
-      mark(proc, liveness)
-    elseif lost then
-      mark(proc, -liveness)
+    -- target, and at once when the log was lost; the count goes to meta,
+    -- where the calls in between read it.
+    if liveness > 0 or lost then
+      if liveness < 0 then liveness = -liveness end
+      live = mark(proc, liveness)
+      write_meta(pause, live, liveness)
     end
-    local live = redis.call('ZCARD', procs)
 
     local remaining = limit - len - #slots
     if remaining < 0 or pause > 0 then remaining = 0 end
@@ -286,12 +335,12 @@ elseif op == 'cancel' then
 
 elseif op == 'pause' then
   local d = tonumber(ARGV[3])
-  if not d or d < 0 then return redis.error_reply('fleetgate: bad pause duration') end
-  local cur = pause_until()
+  local keep = tonumber(ARGV[4])
+  if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
+  local cur, live = parse_meta(redis.call('GET', metakey))
   if d > 0 and now + d > cur then
     cur = now + d
-    redis.call('SET', pausekey, fmt('%d', cur))
-    pexpire_until(pausekey, cur)
+    write_meta(cur, live, keep)
   end
   local left = 0
   if cur > now then left = cur - now end
@@ -300,7 +349,7 @@ elseif op == 'pause' then
 elseif op == 'restore' then
   local window = tonumber(ARGV[3])
   if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
-  local len, last = trim(now - window)
+  local len, last = read_log(now - window)
   local old = {}
   if len > 0 then old = redis.call('LRANGE', log, '0', '-1') end
   local have = {}

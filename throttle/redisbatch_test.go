@@ -127,8 +127,9 @@ func TestRedisStoreBadReply(t *testing.T) {
 
 // TestRedisStoreMarksItselfWhenTheHeartbeatIsLost: a process marks itself
 // live on its first call for a target and then once a second; between marks
-// it only counts the set, even one Redis has lost; but when Redis has lost
-// the target's log too (a restart), the call marks at once.
+// it reads the count the latest mark stored, and leaves a set Redis has lost
+// alone; but when Redis has lost the target's log too (a restart), the call
+// marks at once.
 func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 	client := redistest.StartServer(t).Client(t)
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
@@ -155,7 +156,10 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 	require.NoError(t, client.Del(ctx, keys[2]).Err()) // Redis lost the set, not the log
 	st, err = s.Reserve(ctx, "example.com", lim, oneUnit(), g)
 	require.NoError(t, err)
-	require.Equal(t, 0, st.Live, "no mark is due: the call only counts")
+	require.Equal(t, 1, st.Live, "no mark is due: the call reads the count of the last mark")
+	n, err := client.Exists(ctx, keys[2]).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "no mark is due: the set is left alone")
 
 	s.target("example.com").marked.Store(0) // a second has passed
 	st, err = s.Reserve(ctx, "example.com", lim, oneUnit(), g)

@@ -63,7 +63,7 @@ type RedisStore struct {
 
 // redisTarget is what a RedisStore keeps per target between calls.
 type redisTarget struct {
-	keys    []string     // log, pause, heartbeat
+	keys    []string     // log, meta (pause and live count), heartbeat
 	keyArgs []any        // keys, boxed once for the script's arguments
 	marked  atomic.Int64 // when this process last marked itself live here (unix ns)
 	seen    atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
@@ -165,12 +165,12 @@ func (s *RedisStore) Close() error { return nil }
 // in the heartbeat.
 func (s *RedisStore) Process() string { return s.proc }
 
-// keys returns target's log, pause and heartbeat keys. The target sits
-// inside one {hash tag}; braces and '%' in it are escaped so no target can
-// end the tag early.
+// keys returns target's log, meta (pause and live count) and heartbeat
+// keys. The target sits inside one {hash tag}; braces and '%' in it are
+// escaped so no target can end the tag early.
 func (s *RedisStore) keys(target string) []string {
 	tag := s.prefix + "{" + escapeTag(target) + "}:"
-	return []string{tag + "log", tag + "pause", tag + "procs"}
+	return []string{tag + "log", tag + "meta", tag + "procs"}
 }
 
 func escapeTag(t string) string {
@@ -459,7 +459,7 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 
 // Pause implements Store.
 func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
-	vals, err := s.run(ctx, target, 2, []any{"pause", s.nowArg(), us(max(d, 0))})
+	vals, err := s.run(ctx, target, 2, []any{"pause", s.nowArg(), us(max(d, 0)), us(s.liveness)})
 	if err != nil {
 		return 0, err
 	}

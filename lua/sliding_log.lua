@@ -28,10 +28,11 @@
 --            meta, unless the log was lost (then mark at once),
 --          the latest slot (us) this process has seen in the log, 0 if none,
 --          count k, then k triples: member, units n, max wait us (-1: none).
---   Entries at or before now - window are dropped first. If the log is
---   then empty although that slot is still inside the window, Redis has
---   lost the log (a restart, a failover): the target is paused until a
---   window after that slot, as if the lost log had been full.
+--   Entries at or before now - window no longer count (they are cut off
+--   in batches). If no entry counts although that slot is still inside
+--   the window, Redis has lost the log (a restart, a failover): the target
+--   is paused until a window after that slot, as if the lost log had been
+--   full.
 --   Each request in turn gets the earliest slot s >= now such that every
 --   interval of length window holds at most limit units once its n units are
 --   written at s: s is after the pause, after every earlier entry (FIFO), at
@@ -111,14 +112,18 @@ local function at(i) return slot_of(redis.call('LINDEX', log, fmt('%d', i))) end
 -- short log is read whole in one call.
 local HEAD = 16
 
--- read_log drops the entries at or before cutoff (the head of the log) and
--- returns how many are left, the last one's slot (nil when none), and the
--- first entries fetched with the offset of the first one left among them:
--- entry i (0 = the head) is head[off + i + 1] while that is in head.
-local function read_log(cutoff)
+-- read_log finds the entries at or before cutoff (the head of the log) and
+-- returns how many are left, the last one's slot (nil when none), the
+-- first entries fetched with the offset of the first one left among them
+-- (live entry i, 0 the first, is head[off + i + 1] while that is in head),
+-- and the list index of the first live entry. The dead entries are cut off
+-- in batches of HEAD/2 or more (or always, with force): a cut moves the
+-- rest of a list node, so cutting one entry per call costs more than
+-- skipping a few.
+local function read_log(cutoff, force)
   local head = redis.call('LRANGE', log, '0', fmt('%d', HEAD - 1))
   local n = #head
-  if n == 0 then return 0, nil, head, 0 end
+  if n == 0 then return 0, nil, head, 0, 0 end
   local len, last
   if n < HEAD then
     len, last = n, slot_of(head[n])
@@ -127,9 +132,9 @@ local function read_log(cutoff)
   end
   if last <= cutoff then
     redis.call('DEL', log)
-    return 0, nil, {}, 0
+    return 0, nil, {}, 0, 0
   end
-  if slot_of(head[1]) > cutoff then return len, last, head, 0 end
+  if slot_of(head[1]) > cutoff then return len, last, head, 0, 0 end
   -- Entry lo is dropped, hi kept.
   local lo, hi = 0, len - 1
   if n == len or slot_of(head[n]) > cutoff then
@@ -155,8 +160,9 @@ local function read_log(cutoff)
       if at(mid) > cutoff then hi = mid else lo = mid end
     end
   end
+  if hi < HEAD / 2 and not force then return len - hi, last, head, hi, hi end
   redis.call('LTRIM', log, fmt('%d', hi), '-1')
-  return len - hi, last, head, hi
+  return len - hi, last, head, hi, 0
 end
 
 -- push appends entries to the log, in chunks: unpack has a stack limit.
@@ -203,7 +209,7 @@ if op == 'reserve' then
 
     local pause, live = parse_meta(metas[(b + 2) / 3])
     if pause <= now then pause = 0 end
-    local len, last, head, off = read_log(now - window)
+    local len, last, head, off, first = read_log(now - window)
     local prev = last
     local lost = false
     if len == 0 and seen > now - window and seen + window > pause then
@@ -243,7 +249,7 @@ if op == 'reserve' then
             else
               if idx ~= cached then
                 -- LINDEX walks from the nearer end.
-                if idx < back then cachedSlot = at(idx) else cachedSlot = at(-back) end
+                if first + idx < back then cachedSlot = at(first + idx) else cachedSlot = at(-back) end
                 cached = idx
               end
               e = cachedSlot
@@ -349,7 +355,7 @@ elseif op == 'pause' then
 elseif op == 'restore' then
   local window = tonumber(ARGV[3])
   if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
-  local len, last = read_log(now - window)
+  local len, last = read_log(now - window, true)
   local old = {}
   if len > 0 then old = redis.call('LRANGE', log, '0', '-1') end
   local have = {}

@@ -44,8 +44,10 @@ const DefaultKeyPrefix = "fleetgate:"
 // redis.UniversalClient; each target's keys share one hash tag, so they sit
 // in one Cluster slot.
 //
-// Every key gets a TTL just long enough for its window and reservations, so
-// idle targets leave nothing behind. RedisStore is safe for concurrent use.
+// A target's log is a Redis list in slot order, one element (about 35
+// bytes) per admitted unit still in its window or booked ahead. Every key
+// gets a TTL just long enough for its window and reservations, so idle
+// targets leave nothing behind. RedisStore is safe for concurrent use.
 type RedisStore struct {
 	client   redis.UniversalClient
 	prefix   string
@@ -75,7 +77,7 @@ type redisTarget struct {
 type limitArgs struct {
 	lim                Limit
 	limit, window, gap any
-	heartbeat, quiet   any // the liveness, positive (mark and trim) and negative (only count)
+	heartbeat, quiet   any // the liveness, positive (mark, trim and count) and negative (read the stored count)
 }
 
 func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
@@ -88,10 +90,11 @@ func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
 }
 
 // heartbeatEvery is how often, at most, a process marks itself live on a
-// target, trims the dead from its heartbeat set and renews its TTL. Every
-// call counts the live processes. Between marks a process is not marked
-// again even if Redis has lost the set, except when Redis has lost the
-// target's log too (a restart): then the call marks at once.
+// target: it trims the dead from the target's heartbeat set, renews its TTL
+// and stores the count of live processes in the target's meta key, where
+// every call reads it. Between marks a process is not marked again even if
+// Redis has lost the set, except when Redis has lost the target's log too
+// (a restart): then the call marks at once.
 const heartbeatEvery = time.Second
 
 // RedisOption configures a RedisStore.
@@ -107,7 +110,8 @@ func WithKeyPrefix(p string) RedisOption {
 // last call (default 10s, and never less than twice the window; a process
 // marks itself live on its first call for a target and then at most once a
 // second, so the count may keep it up to a second less). Every call reads the
-// live count, which sets each process's share when the store fails.
+// live count stored by the latest mark of any process, which sets each
+// process's share when the store fails.
 func WithLiveness(d time.Duration) RedisOption {
 	return func(s *RedisStore) { s.liveness = d }
 }

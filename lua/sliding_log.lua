@@ -10,9 +10,12 @@
 -- KEYS: three per target, in this order:
 --   log    list, in slot order (every new slot is at or after the last):
 --          one element per admitted unit, its slot as 16 digits then its
---          member (unique: no two units collapse into one)
---   meta   string "<pause>:<live>": the end of the fleet-wide pause (us,
---          0 for none) and the live processes counted at the latest mark
+--          member (unique: no two units collapse into one); a log left as
+--          a sorted set (member, score = slot) by an earlier fleetgate is
+--          rewritten as a list when first read
+--   pause  string "<pause>:<live>", the target's meta: the end of the
+--          fleet-wide pause (us, 0 for none) and the live processes
+--          counted at the latest mark (a bare "<pause>" reads as 0 live)
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
 -- one or more (on a single node, where keys of many slots may meet).
@@ -43,17 +46,20 @@
 --           empty), live processes, pause us, then per request: the delay
 --           us to its slot when granted, or -1 - that delay when refused}.
 -- cancel:  ARGV[3..] members to remove. Reply: {now, removed, the last
---          entry's slot or 0 when the log is now empty}.
+--          entry's slot (perhaps one that no longer counts) or 0 when the
+--          log is now empty}.
 -- pause:   ARGV[3] duration us (0 reads the pause), ARGV[4] liveness us
 --          (how long meta keeps the count). The pause only grows.
 --          Reply: {now, pause us remaining}.
 -- restore: ARGV[3] window us, then pairs: member, age us (the entry's slot is
 --          now - age, negative ages are future slots). A member already in
---          the log is not added again. Reply: {now, added}.
+--          the log keeps one entry, at the later of its two slots.
+--          Reply: {now, entries written}.
 --
--- The log's TTL outlives its last entry by at least a window. It is renewed
--- only when the last entry moves into a later window-long bucket (to the
--- end of the bucket after that one), so most writes leave it alone.
+-- Every write sets the log's TTL to a window after its last entry, so the
+-- log lives as long as its writer's window needs. Processes whose margins
+-- differ pass different windows for one target: the TTL then covers the
+-- rule's window and the smaller margin, not always the larger.
 
 local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
@@ -79,16 +85,6 @@ local function pexpire_until(key, until_us)
   redis.call('PEXPIRE', key, fmt('%d', ms))
 end
 
--- renew keeps the log alive for a window after its last entry, last. prev
--- is the last entry before this call's writes (nil when the log was empty
--- or its TTL unknown): while last stays in prev's bucket, the TTL that the
--- write into that bucket set still covers it.
-local function renew(last, window, prev)
-  local b = floor(last / window)
-  if prev == nil or floor(prev / window) ~= b then
-    pexpire_until(log, (b + 2) * window)
-  end
-end
 
 -- parse_meta reads a meta value (false when there is none): the pause end
 -- and the live count.
@@ -103,10 +99,33 @@ end
 -- ends or for keep us, whichever is later.
 local function write_meta(pause_end, live, keep)
   if pause_end - now > keep then keep = pause_end - now end
-  redis.call('SET', metakey, fmt('%d:%d', pause_end, live), 'PX', fmt('%d', floor(keep / 1000) + 1))
+  local v = fmt('%d:%d', pause_end, live)
+  redis.call('SET', metakey, v, 'PX', fmt('%d', floor(keep / 1000) + 1))
+  return v
 end
 
 local function at(i) return slot_of(redis.call('LINDEX', log, fmt('%d', i))) end
+
+-- push appends entries to the log, in chunks: unpack has a stack limit.
+local function push(entries)
+  for i = 1, #entries, 1000 do
+    redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, #entries)))
+  end
+end
+
+-- migrate rewrites a log kept as a sorted set (by fleetgate before its logs
+-- were lists) as a list, keeping its TTL; err is the error of the list
+-- command that failed on it, raised again if the log is not a sorted set.
+local function migrate(err)
+  if redis.call('TYPE', log).ok ~= 'zset' then error(err) end
+  local ttl = redis.call('PTTL', log)
+  local z = redis.call('ZRANGE', log, '0', '-1', 'WITHSCORES')
+  redis.call('DEL', log)
+  local es = {}
+  for i = 1, #z, 2 do es[#es + 1] = entry(tonumber(z[i + 1]), z[i]) end
+  push(es)
+  if ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
+end
 
 -- HEAD is how many entries read_log fetches from the head of the log: a
 -- short log is read whole in one call.
@@ -121,7 +140,11 @@ local HEAD = 16
 -- rest of a list node, so cutting one entry per call costs more than
 -- skipping a few.
 local function read_log(cutoff, force)
-  local head = redis.call('LRANGE', log, '0', fmt('%d', HEAD - 1))
+  local head = redis.pcall('LRANGE', log, '0', fmt('%d', HEAD - 1))
+  if head.err then
+    migrate(head)
+    head = redis.call('LRANGE', log, '0', fmt('%d', HEAD - 1))
+  end
   local n = #head
   if n == 0 then return 0, nil, head, 0, 0 end
   local len, last
@@ -165,12 +188,6 @@ local function read_log(cutoff, force)
   return len - hi, last, head, hi, 0
 end
 
--- push appends entries to the log, in chunks: unpack has a stack limit.
-local function push(entries)
-  for i = 1, #entries, 1000 do
-    redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, #entries)))
-  end
-end
 
 -- mark marks this process live, drops the processes not seen for liveness
 -- and returns how many are live.
@@ -193,6 +210,7 @@ if op == 'reserve' then
     for b = 2, #KEYS, 3 do mkeys[#mkeys + 1] = KEYS[b] end
     metas = redis.call('MGET', unpack(mkeys))
   end
+  local written = {} -- meta values this run wrote, by key: a target may come twice
   local a = 4 -- the next block's first argument
   for b = 1, #KEYS, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
@@ -207,10 +225,9 @@ if op == 'reserve' then
     end
     a = a + 6
 
-    local pause, live = parse_meta(metas[(b + 2) / 3])
+    local pause, live = parse_meta(written[metakey] or metas[(b + 2) / 3])
     if pause <= now then pause = 0 end
     local len, last, head, off, first = read_log(now - window)
-    local prev = last
     local lost = false
     if len == 0 and seen > now - window and seen + window > pause then
       lost = true
@@ -282,7 +299,7 @@ if op == 'reserve' then
     end
     if #new > 0 then
       push(new)
-      renew(last, window, prev)
+      pexpire_until(log, last + window)
     end
 
     -- The heartbeat: a process marks itself live about once a second per
@@ -291,7 +308,7 @@ if op == 'reserve' then
     if liveness > 0 or lost then
       if liveness < 0 then liveness = -liveness end
       live = mark(proc, liveness)
-      write_meta(pause, live, liveness)
+      written[metakey] = write_meta(pause, live, liveness)
     end
 
     local remaining = limit - len - #slots
@@ -315,7 +332,11 @@ elseif op == 'cancel' then
     end
   end
   local found = {}
-  local to = redis.call('LLEN', log) -- search [from, to)
+  local to = redis.pcall('LLEN', log) -- search [from, to)
+  if type(to) == 'table' then
+    migrate(to)
+    to = redis.call('LLEN', log)
+  end
   local chunk = 8
   while left > 0 and to > 0 do
     local from = math.max(0, to - chunk)
@@ -358,21 +379,23 @@ elseif op == 'restore' then
   local len, last = read_log(now - window, true)
   local old = {}
   if len > 0 then old = redis.call('LRANGE', log, '0', '-1') end
-  local have = {}
-  for _, e in ipairs(old) do have[member_of(e)] = true end
-  local add = {}
+  local have = {} -- member -> its slot in the log
+  for _, e in ipairs(old) do have[member_of(e)] = slot_of(e) end
+  local want, moved = {}, {} -- member -> its new slot; members whose entry moves later
   for i = 4, #ARGV - 1, 2 do
     local age = tonumber(ARGV[i + 1])
     local m = ARGV[i]
-    if age and not have[m] and now - age > now - window then
-      have[m] = true
-      add[#add + 1] = {now - age, m}
+    if age and now - age > now - window and (want[m] or have[m] or now - age - 1) < now - age then
+      want[m] = now - age
+      if have[m] then moved[m] = true end
     end
   end
+  local add = {}
+  for m, slot in pairs(want) do add[#add + 1] = {slot, m} end
   if #add == 0 then return {now, 0} end
   table.sort(add, function(x, y) return x[1] < y[1] end)
   local merged = {}
-  if last == nil or add[1][1] >= last then
+  if next(moved) == nil and (last == nil or add[1][1] >= last) then
     -- All after the log's end: append.
     for _, x in ipairs(add) do merged[#merged + 1] = entry(x[1], x[2]) end
     push(merged)
@@ -380,7 +403,9 @@ elseif op == 'restore' then
     -- Merge in slot order and write the log anew.
     local i, j = 1, 1
     while i <= #old or j <= #add do
-      if j > #add or (i <= #old and slot_of(old[i]) <= add[j][1]) then
+      if i <= #old and moved[member_of(old[i])] then
+        i = i + 1 -- its entry moves later
+      elseif j > #add or (i <= #old and slot_of(old[i]) <= add[j][1]) then
         merged[#merged + 1] = old[i]
         i = i + 1
       else
@@ -393,7 +418,7 @@ elseif op == 'restore' then
   end
   local tail = add[#add][1]
   if last and last > tail then tail = last end
-  renew(tail, window, nil)
+  pexpire_until(log, tail + window)
   return {now, #add}
 end
 

@@ -476,3 +476,33 @@ func TestRedisStoreSharedRunDecidesAsAlone(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisStoreTargetTwiceInARun: when one run carries two calls for one
+// target (two Throttlers on one store), the second sees what the first
+// wrote to the target's pause key: a pause set because the log was lost
+// survives the second call's heartbeat.
+func TestRedisStoreTargetTwiceInARun(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	now := int64(1_800_000_000_000_000)
+	s.now = func() int64 { return now }
+	lim := Limit{Limit: 5, Window: 10 * time.Second}
+	rt := s.target("x.example")
+	rt.seen.Store(now - time.Second.Microseconds()) // this process saw an entry a second ago; Redis has none
+	var calls []*reserveCall
+	for range 2 {
+		reqs := []Request{{ID: nextID(), N: 1, MaxWait: -1}} // booked at the pause's end
+		calls = append(calls, &reserveCall{ctx: ctx, rt: rt, target: "x.example", lim: lim, reqs: reqs, grants: make([]Grant, 1)})
+	}
+	s.reserve(calls)
+	for i, c := range calls {
+		require.NoError(t, c.err)
+		require.Equal(t, []Grant{{OK: true, Delay: 9 * time.Second}}, c.grants, "call %d", i)
+		require.Equal(t, 9*time.Second, c.state.Paused, "call %d: the lost log holds the target", i)
+	}
+	v, err := client.Get(ctx, rt.keys[1]).Result()
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(v, fmt.Sprintf("%d:", now+9_000_000)), "the pause key keeps the pause: %q", v)
+}

@@ -65,7 +65,7 @@ type RedisStore struct {
 
 // redisTarget is what a RedisStore keeps per target between calls.
 type redisTarget struct {
-	keys    []string     // log, meta (pause and live count), heartbeat
+	keys    []string     // log, pause (with the live count), heartbeat
 	keyArgs []any        // keys, boxed once for the script's arguments
 	marked  atomic.Int64 // when this process last marked itself live here (unix ns)
 	seen    atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
@@ -91,7 +91,7 @@ func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
 
 // heartbeatEvery is how often, at most, a process marks itself live on a
 // target: it trims the dead from the target's heartbeat set, renews its TTL
-// and stores the count of live processes in the target's meta key, where
+// and stores the count of live processes in the target's pause key, where
 // every call reads it. Between marks a process is not marked again even if
 // Redis has lost the set, except when Redis has lost the target's log too
 // (a restart): then the call marks at once.
@@ -169,12 +169,12 @@ func (s *RedisStore) Close() error { return nil }
 // in the heartbeat.
 func (s *RedisStore) Process() string { return s.proc }
 
-// keys returns target's log, meta (pause and live count) and heartbeat
-// keys. The target sits inside one {hash tag}; braces and '%' in it are
+// keys returns target's log, pause (the pause and the live count) and
+// heartbeat keys. The target sits inside one {hash tag}; braces and '%' in it are
 // escaped so no target can end the tag early.
 func (s *RedisStore) keys(target string) []string {
 	tag := s.prefix + "{" + escapeTag(target) + "}:"
-	return []string{tag + "log", tag + "meta", tag + "procs"}
+	return []string{tag + "log", tag + "pause", tag + "procs"}
 }
 
 func escapeTag(t string) string {

@@ -128,8 +128,9 @@ local function migrate(err)
 end
 
 -- HEAD is how many entries read_log fetches from the head of the log: a
--- short log is read whole in one call.
-local HEAD = 16
+-- short log is read whole in one call, and a long one costs a string per
+-- entry fetched (hot target, 1 goroutine: 16 cost ~2.5 us more than 8).
+local HEAD = 8
 
 -- read_log finds the entries at or before cutoff (the head of the log) and
 -- returns how many are left, the last one's slot (nil when none), the

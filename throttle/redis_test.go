@@ -228,13 +228,9 @@ func TestSharedPlaceholdersCountOnce(t *testing.T) {
 // they were: the first reserve rewrites the log as a list with its entries
 // and its TTL, counts them, and honours the pause; a cancel does the same.
 func TestRedisStoreUpgradesASortedSetLog(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
 	ctx := context.Background()
-	prefix := redistest.KeyPrefix(t)
-	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
-	require.NoError(t, err)
-	now := int64(1_800_000_000_000_000)
-	s.now = func() int64 { return now }
 	keys := s.keys("old.example")
 	old := []redis.Z{{Score: float64(now - 500_000), Member: "p.1"}, {Score: float64(now - 200_000), Member: "p.2"}}
 	require.NoError(t, client.ZAdd(ctx, keys[0], old...).Err())
@@ -254,7 +250,7 @@ func TestRedisStoreUpgradesASortedSetLog(t *testing.T) {
 
 	// A bare pause, as an earlier fleetgate wrote it to the same key, holds
 	// the target.
-	require.Equal(t, prefix+"{old.example}:pause", keys[1])
+	require.Equal(t, s.prefix+"{old.example}:pause", keys[1])
 	require.NoError(t, client.Set(ctx, keys[1], fmt.Sprint(now+3_000_000), time.Minute).Err())
 	st, err = s.Reserve(ctx, "old.example", Limit{Limit: 3, Window: time.Second}, []Request{{ID: 3, N: 1, MaxWait: -1}}, g)
 	require.NoError(t, err)
@@ -273,12 +269,9 @@ func TestRedisStoreUpgradesASortedSetLog(t *testing.T) {
 // one entry, at the later slot (placeholders restored by a process that
 // comes back later reach further).
 func TestRestoreMovesAMemberLater(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
 	ctx := context.Background()
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
-	now := int64(1_800_000_000_000_000)
-	s.now = func() int64 { return now }
 	shared := SharedEntry | 1
 	require.NoError(t, s.Restore(ctx, "x.example", 10*time.Second, []Entry{{ID: shared, N: 1, Age: -time.Second}, {ID: 5, N: 1, Age: 0}}))
 	require.NoError(t, s.Restore(ctx, "x.example", 10*time.Second, []Entry{{ID: shared, N: 1, Age: -3 * time.Second}}))
@@ -286,4 +279,15 @@ func TestRestoreMovesAMemberLater(t *testing.T) {
 	es, err := client.LRange(ctx, s.keys("x.example")[0], 0, -1).Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{fmt.Sprintf("%016d", now) + s.member(5), fmt.Sprintf("%016d", now+3_000_000) + s.member(shared)}, es)
+}
+
+// fixedClockStore returns a RedisStore on a server of its own, its clock
+// standing at now (server µs), and a client of that server.
+func fixedClockStore(t *testing.T, now int64) (*RedisStore, *redis.Client) {
+	t.Helper()
+	client := redistest.StartServer(t).Client(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	s.now = func() int64 { return now }
+	return s, client
 }

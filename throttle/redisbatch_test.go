@@ -482,12 +482,9 @@ func TestRedisStoreSharedRunDecidesAsAlone(t *testing.T) {
 // wrote to the target's pause key: a pause set because the log was lost
 // survives the second call's heartbeat.
 func TestRedisStoreTargetTwiceInARun(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
 	ctx := context.Background()
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
-	now := int64(1_800_000_000_000_000)
-	s.now = func() int64 { return now }
 	lim := Limit{Limit: 5, Window: 10 * time.Second}
 	rt := s.target("x.example")
 	rt.seen.Store(now - time.Second.Microseconds()) // this process saw an entry a second ago; Redis has none

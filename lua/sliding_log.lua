@@ -85,7 +85,6 @@ local function pexpire_until(key, until_us)
   redis.call('PEXPIRE', key, fmt('%d', ms))
 end
 
-
 -- parse_meta reads a meta value (false when there is none): the pause end
 -- and the live count.
 local function parse_meta(v)
@@ -188,7 +187,6 @@ local function read_log(cutoff, force)
   redis.call('LTRIM', log, fmt('%d', hi), '-1')
   return len - hi, last, head, hi, 0
 end
-
 
 -- mark marks this process live, drops the processes not seen for liveness
 -- and returns how many are live.

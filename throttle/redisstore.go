@@ -170,8 +170,8 @@ func (s *RedisStore) Close() error { return nil }
 func (s *RedisStore) Process() string { return s.proc }
 
 // keys returns target's log, pause (the pause and the live count) and
-// heartbeat keys. The target sits inside one {hash tag}; braces and '%' in it are
-// escaped so no target can end the tag early.
+// heartbeat keys. The target sits inside one {hash tag}; braces and '%' in
+// it are escaped so no target can end the tag early.
 func (s *RedisStore) keys(target string) []string {
 	tag := s.prefix + "{" + escapeTag(target) + "}:"
 	return []string{tag + "log", tag + "pause", tag + "procs"}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,10 +18,11 @@ import (
 // (bookings of one or several requests and units, cancellations of past and
 // future bookings, restores out of slot order, pauses, small and large
 // steps of the clock) on a MemoryStore and on a RedisStore, both on one
-// fake clock, and requires the same grant for every request and the same
-// state after every call. The limits are large enough for long logs: the
-// script's trimming, its reads from either end of the log and its search
-// for cancelled entries all take their longer paths.
+// fake clock, and requires the same grant for every request, the same
+// state after every call, and the Redis log in slot order after every step.
+// The limits are large enough for long logs: the script's trimming, its
+// reads from either end of the log and its search for cancelled entries
+// all take their longer paths.
 func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	client := redistest.StartServer(t).Client(t)
 	ctx := context.Background()
@@ -104,10 +107,12 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 							booked = append(booked, booking{reqs[i].ID, reqs[i].N})
 						}
 					}
-					n, err := client.LLen(ctx, rs.keys(target)[0]).Result()
-					require.NoError(t, err)
-					longest = max(longest, int(n))
 				}
+				// The script relies on the log being in slot order.
+				es, err := client.LRange(ctx, rs.keys(target)[0], 0, -1).Result()
+				require.NoError(t, err)
+				require.True(t, slices.IsSortedFunc(es, func(a, b string) int { return strings.Compare(a[:16], b[:16]) }), "step %d: the log is out of slot order", step)
+				longest = max(longest, len(es))
 			}
 			t.Logf("longest log %d entries, %d cancellations, %d restores", longest, cancelled, restored)
 			require.Greater(t, longest, max(lim.Limit, 64), "the log must grow past the limit (reservations ahead) and past several search chunks")

@@ -281,13 +281,21 @@ func TestRestoreMovesAMemberLater(t *testing.T) {
 	require.Equal(t, []string{fmt.Sprintf("%016d", now) + s.member(5), fmt.Sprintf("%016d", now+3_000_000) + s.member(shared)}, es)
 }
 
-// fixedClockStore returns a RedisStore on a server of its own, its clock
-// standing at now (server µs), and a client of that server.
-func fixedClockStore(t *testing.T, now int64) (*RedisStore, *redis.Client) {
+// startStore returns a RedisStore on a server of its own, and a client of
+// that server.
+func startStore(t *testing.T) (*RedisStore, *redis.Client) {
 	t.Helper()
 	client := redistest.StartServer(t).Client(t)
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
+	return s, client
+}
+
+// fixedClockStore is startStore with the store's clock standing at now
+// (server µs).
+func fixedClockStore(t *testing.T, now int64) (*RedisStore, *redis.Client) {
+	t.Helper()
+	s, client := startStore(t)
 	s.now = func() int64 { return now }
 	return s, client
 }

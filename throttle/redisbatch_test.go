@@ -131,9 +131,7 @@ func TestRedisStoreBadReply(t *testing.T) {
 // alone; but when Redis has lost the target's log too (a restart), the call
 // marks at once.
 func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
+	s, client := startStore(t)
 	ctx := context.Background()
 	lim := Limit{Limit: 100, Window: time.Minute}
 	g := make([]Grant, 1)
@@ -181,14 +179,12 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 // the caller never places a slot or a pause end before the store did (by
 // more than half the run's own round trip, which the margin absorbs).
 func TestRedisStoreQueuedCallIsNotEarly(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
+	s, _ := startStore(t)
 	ctx := context.Background()
 	lim := Limit{Limit: 1, Window: time.Minute}
 	g := make([]Grant, 1)
 	first := time.Now() // the first entry's slot is no earlier
-	_, err = s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1}}, g)
+	_, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1}}, g)
 	require.NoError(t, err)
 	paused := time.Now()
 	_, err = s.Pause(ctx, "example.com", 30*time.Second)
@@ -423,9 +419,7 @@ func TestRedisStoreFailedCallMarksAgain(t *testing.T) {
 // TestRedisStoreRejectsBadLimits: a bad limit fails its own call before any
 // run, so it cannot fail the other targets of a shared run.
 func TestRedisStoreRejectsBadLimits(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
+	s, _ := startStore(t)
 	for _, lim := range []Limit{{Limit: 0, Window: time.Second}, {Limit: 1, Window: 0}, {Limit: 1, Window: time.Second, Gap: -1}} {
 		_, err := s.Reserve(context.Background(), "x.example", lim, oneUnit(), make([]Grant, 1))
 		require.ErrorContains(t, err, "bad limit", "%+v", lim)

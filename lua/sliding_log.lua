@@ -2,10 +2,10 @@
 --
 -- One atomic script keeps, per target, a log of admission slots, a
 -- fleet-wide pause, a heartbeat set of live processes and their count.
--- Every key arrives
--- through KEYS and shares one {hash tag}, so a target lives in one Redis
--- Cluster slot. Times are integer microseconds of the Redis server's clock
--- (TIME), so every worker shares one timeline whatever its own clock.
+-- Every key arrives through KEYS and shares one {hash tag}, so a target
+-- lives in one Redis Cluster slot. Times are integer microseconds of the
+-- Redis server's clock (TIME), so every worker shares one timeline whatever
+-- its own clock.
 --
 -- KEYS: three per target, in this order:
 --   log    list, in slot order (every new slot is at or after the last):
@@ -13,9 +13,10 @@
 --          member (unique: no two units collapse into one); a log left as
 --          a sorted set (member, score = slot) by an earlier fleetgate is
 --          rewritten as a list when first read
---   pause  string "<pause>:<live>", the target's meta: the end of the
---          fleet-wide pause (us, 0 for none) and the live processes
---          counted at the latest mark (a bare "<pause>" reads as 0 live)
+--   pause  string "<pause>:<live>:<cancelled>", the target's meta: the end
+--          of the fleet-wide pause (us, 0 for none), the live processes
+--          counted at the latest mark, and the latest slot a cancel removed
+--          (fields an earlier fleetgate did not write read as 0)
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
 -- one or more (on a single node, where keys of many slots may meet).
@@ -33,9 +34,9 @@
 --          count k, then k triples: member, units n, max wait us (-1: none).
 --   Entries at or before now - window no longer count (they are cut off
 --   in batches). If no entry counts although that slot is still inside
---   the window, Redis has lost the log (a restart, a failover): the target
---   is paused until a window after that slot, as if the lost log had been
---   full.
+--   the window and no cancel removed it, Redis has lost the log (a
+--   restart, a failover): the target is paused until a window after that
+--   slot, as if the lost log had been full.
 --   Each request in turn gets the earliest slot s >= now such that every
 --   interval of length window holds at most limit units once its n units are
 --   written at s: s is after the pause, after every earlier entry (FIFO), at
@@ -45,9 +46,11 @@
 --   Reply: {now, then per target: remaining, reset us (until the log is
 --           empty), live processes, pause us, then per request: the delay
 --           us to its slot when granted, or -1 - that delay when refused}.
--- cancel:  ARGV[3..] members to remove. Reply: {now, removed, the last
---          entry's slot (perhaps one that no longer counts) or 0 when the
---          log is now empty}.
+-- cancel:  ARGV[3] how long (us) meta keeps the cancelled slot, then the
+--          members to remove. The latest slot removed goes to meta, so that
+--          a process that saw it last does not take the log for lost.
+--          Reply: {now, removed, the last entry's slot (perhaps one that no
+--          longer counts) or 0 when the log is now empty}.
 -- pause:   ARGV[3] duration us (0 reads the pause), ARGV[4] liveness us
 --          (how long meta keeps the count). The pause only grows.
 --          Reply: {now, pause us remaining}.
@@ -56,8 +59,9 @@
 --          the log keeps one entry, at the later of its two slots.
 --          Reply: {now, entries written}.
 --
--- Every write sets the log's TTL to a window after its last entry, so the
--- log lives as long as its writer's window needs. Processes whose margins
+-- Every reserve or restore that writes sets the log's TTL to a window after
+-- its last entry, so the log lives as long as its writer's window needs (a
+-- cancel or a cut keeps the TTL). Processes whose margins
 -- differ pass different windows for one target: the TTL then covers the
 -- rule's window and the smaller margin, not always the larger.
 
@@ -85,20 +89,20 @@ local function pexpire_until(key, until_us)
   redis.call('PEXPIRE', key, fmt('%d', ms))
 end
 
--- parse_meta reads a meta value (false when there is none): the pause end
--- and the live count.
+-- parse_meta reads a meta value (false when there is none): the pause end,
+-- the live count and the latest slot a cancel removed. Fields an earlier
+-- fleetgate did not write read as 0.
 local function parse_meta(v)
-  if not v then return 0, 0 end
-  local i = string.find(v, ':', 1, true)
-  if not i then return tonumber(v) or 0, 0 end
-  return tonumber(sub(v, 1, i - 1)) or 0, tonumber(sub(v, i + 1)) or 0
+  if not v then return 0, 0, 0 end
+  local p, l, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
+  return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0
 end
 
--- write_meta stores the pause end and the live count, kept until the pause
--- ends or for keep us, whichever is later.
-local function write_meta(pause_end, live, keep)
+-- write_meta stores the pause end, the live count and the latest cancelled
+-- slot, kept until the pause ends or for keep us, whichever is later.
+local function write_meta(pause_end, live, cancelled, keep)
   if pause_end - now > keep then keep = pause_end - now end
-  local v = fmt('%d:%d', pause_end, live)
+  local v = fmt('%d:%d:%d', pause_end, live, cancelled)
   redis.call('SET', metakey, v, 'PX', fmt('%d', floor(keep / 1000) + 1))
   return v
 end
@@ -224,11 +228,12 @@ if op == 'reserve' then
     end
     a = a + 6
 
-    local pause, live = parse_meta(written[metakey] or metas[(b + 2) / 3])
+    local pause, live, cancelled = parse_meta(written[metakey] or metas[(b + 2) / 3])
     if pause <= now then pause = 0 end
     local len, last, head, off, first = read_log(now - window)
     local lost = false
-    if len == 0 and seen > now - window and seen + window > pause then
+    -- The entry this process saw last is gone, and no cancel took it.
+    if len == 0 and seen > now - window and seen > cancelled and seen + window > pause then
       lost = true
       pause = seen + window -- the log was lost: count it as full
     end
@@ -307,7 +312,7 @@ if op == 'reserve' then
     if liveness > 0 or lost then
       if liveness < 0 then liveness = -liveness end
       live = mark(proc, liveness)
-      written[metakey] = write_meta(pause, live, liveness)
+      written[metakey] = write_meta(pause, live, cancelled, liveness)
     end
 
     local remaining = limit - len - #slots
@@ -321,38 +326,62 @@ if op == 'reserve' then
   return reply
 
 elseif op == 'cancel' then
+  local keep = tonumber(ARGV[3])
+  if not keep or keep < 0 then return redis.error_reply('fleetgate: bad cancel arguments') end
   -- A cancelled reservation is most likely among the latest entries: search
   -- from the end, in growing chunks, until every member is found.
   local want, left = {}, 0
-  for i = 3, #ARGV do
+  for i = 4, #ARGV do
     if not want[ARGV[i]] then
       want[ARGV[i]] = true
       left = left + 1
     end
   end
-  local found = {}
   local to = redis.pcall('LLEN', log) -- search [from, to)
   if type(to) == 'table' then
     migrate(to)
     to = redis.call('LLEN', log)
   end
-  local chunk = 8
+  local from, chunk = to, 8
+  local chunks, gone, removed, latest = {}, {}, 0, 0
   while left > 0 and to > 0 do
-    local from = math.max(0, to - chunk)
+    from = math.max(0, to - chunk)
     local es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+    chunks[#chunks + 1] = es
     for i = #es, 1, -1 do
       local m = member_of(es[i])
       if want[m] then
         want[m] = nil
         left = left - 1
-        found[#found + 1] = es[i]
+        gone[es[i]] = true
+        removed = removed + 1
+        local slot = slot_of(es[i])
+        if slot > latest then latest = slot end
       end
     end
     to, chunk = from, chunk * 2
   end
-  local removed = 0
-  for _, e in ipairs(found) do
-    removed = removed + redis.call('LREM', log, '-1', e)
+  if removed > 0 then
+    -- Write the part searched anew without them (an LREM per unit would
+    -- search it again for each), keeping the log's TTL.
+    local ttl = redis.call('PTTL', log)
+    local rest = {}
+    for c = #chunks, 1, -1 do
+      for _, e in ipairs(chunks[c]) do
+        if not gone[e] then rest[#rest + 1] = e end
+      end
+    end
+    if from == 0 then
+      redis.call('DEL', log)
+    else
+      redis.call('LTRIM', log, '0', fmt('%d', from - 1))
+    end
+    push(rest)
+    if from == 0 and #rest > 0 and ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
+    -- Other processes may have seen these entries as the log's last: a
+    -- cancel took them, the log was not lost.
+    local pause, live, cancelled = parse_meta(redis.call('GET', metakey))
+    if latest > cancelled then write_meta(pause, live, latest, keep) end
   end
   local last = 0
   local e = redis.call('LINDEX', log, '-1')
@@ -363,10 +392,10 @@ elseif op == 'pause' then
   local d = tonumber(ARGV[3])
   local keep = tonumber(ARGV[4])
   if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
-  local cur, live = parse_meta(redis.call('GET', metakey))
+  local cur, live, cancelled = parse_meta(redis.call('GET', metakey))
   if d > 0 and now + d > cur then
     cur = now + d
-    write_meta(cur, live, keep)
+    write_meta(cur, live, cancelled, keep)
   end
   local left = 0
   if cur > now then left = cur - now end

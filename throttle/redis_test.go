@@ -299,3 +299,66 @@ func fixedClockStore(t *testing.T, now int64) (*RedisStore, *redis.Client) {
 	s.now = func() int64 { return now }
 	return s, client
 }
+
+// TestCancelIsNotALostLog: a process that saw another's booking as the
+// log's last entry does not take the log for lost when that booking is
+// cancelled: it is granted at once, as by a MemoryStore.
+func TestCancelIsNotALostLog(t *testing.T) {
+	const now = int64(1_800_000_000_000_000)
+	b, client := fixedClockStore(t, now)
+	a, err := NewRedisStore(client, WithKeyPrefix(b.prefix))
+	require.NoError(t, err)
+	a.now = b.now
+	ctx := context.Background()
+	lim := Limit{Limit: 1, Window: 10 * time.Second}
+	g := make([]Grant, 1)
+	_, err = b.Reserve(ctx, "x.example", lim, []Request{{ID: 1, N: 1, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.True(t, g[0].OK)
+	_, err = a.Reserve(ctx, "x.example", lim, []Request{{ID: 2, N: 1, MaxWait: 0}}, g)
+	require.NoError(t, err)
+	require.Equal(t, Grant{Delay: 10 * time.Second}, g[0], "a sees b's booking")
+	require.NoError(t, b.Cancel(ctx, "x.example", 1, 1))
+	st, err := a.Reserve(ctx, "x.example", lim, []Request{{ID: 3, N: 1, MaxWait: 0}}, g)
+	require.NoError(t, err)
+	require.Equal(t, Grant{OK: true}, g[0], "the cancelled booking frees the window")
+	require.Zero(t, st.Paused)
+}
+
+// TestCancelOfManyUnits: cancelling a request of many units with many
+// entries behind it removes exactly its units, keeps the others in order
+// and the log's TTL, and rewrites the part of the log it searched once
+// instead of searching it again per unit (no LREM).
+func TestCancelOfManyUnits(t *testing.T) {
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
+	ctx := context.Background()
+	lim := Limit{Limit: 10_000, Window: time.Minute}
+	g := make([]Grant, 1)
+	_, err := s.Reserve(ctx, "x.example", lim, []Request{{ID: 1, N: 2_000, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.True(t, g[0].OK)
+	reqs := make([]Request, 2_000)
+	for i := range reqs {
+		reqs[i] = Request{ID: uint64(10 + i), N: 1, MaxWait: -1}
+	}
+	_, err = s.Reserve(ctx, "x.example", lim, reqs, make([]Grant, len(reqs)))
+	require.NoError(t, err)
+	log := s.keys("x.example")[0]
+	before, err := client.LRange(ctx, log, 2_000, -1).Result()
+	require.NoError(t, err)
+	ttl, err := client.PTTL(ctx, log).Result()
+	require.NoError(t, err)
+
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+	require.NoError(t, s.Cancel(ctx, "x.example", 1, 2_000))
+	after, err := client.LRange(ctx, log, 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, before, after, "exactly the request's units are gone")
+	left, err := client.PTTL(ctx, log).Result()
+	require.NoError(t, err)
+	require.InDelta(t, float64(ttl), float64(left), float64(time.Second), "the TTL is kept")
+	stats, err := client.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.NotContains(t, stats, "cmdstat_lrem", "one rewrite, not an LREM per unit")
+}

@@ -443,7 +443,15 @@ func (s *RedisStore) forget(before int64) {
 
 // Cancel implements Store.
 func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int) error {
-	args := []any{"cancel", s.nowArg()}
+	rt := s.target(target)
+	// The script keeps the latest cancelled slot in the target's meta for
+	// as long as a mark keeps the live count (the liveness, at least two
+	// windows): by then no slot booked before the cancel is in a window.
+	keep := s.liveness
+	if a := rt.args.Load(); a != nil {
+		keep = max(keep, 2*a.lim.Window)
+	}
+	args := []any{"cancel", s.nowArg(), us(keep)}
 	m := s.member(id)
 	if n <= 1 {
 		args = append(args, m)
@@ -452,7 +460,6 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 			args = append(args, m+"."+strconv.Itoa(j))
 		}
 	}
-	rt := s.target(target)
 	vals, err := s.run(ctx, target, 3, args)
 	if err == nil {
 		// The log as it is now: emptied by this cancel, it was not lost.

@@ -364,7 +364,6 @@ elseif op == 'cancel' then
   if removed > 0 then
     -- Write the part searched anew without them (an LREM per unit would
     -- search it again for each), keeping the log's TTL.
-    local ttl = redis.call('PTTL', log)
     local rest = {}
     for c = #chunks, 1, -1 do
       for _, e in ipairs(chunks[c]) do
@@ -372,20 +371,24 @@ elseif op == 'cancel' then
       end
     end
     if from == 0 then
+      local ttl = redis.call('PTTL', log)
       redis.call('DEL', log)
+      push(rest)
+      if #rest > 0 and ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
     else
       redis.call('LTRIM', log, '0', fmt('%d', from - 1))
+      push(rest)
     end
-    push(rest)
-    if from == 0 and #rest > 0 and ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
-    -- Other processes may have seen these entries as the log's last: a
-    -- cancel took them, the log was not lost.
-    local pause, live, cancelled = parse_meta(redis.call('GET', metakey))
-    if latest > cancelled then write_meta(pause, live, latest, keep) end
   end
   local last = 0
   local e = redis.call('LINDEX', log, '-1')
   if e then last = slot_of(e) end
+  if latest > last then
+    -- Other processes may have seen a removed entry as the log's last: a
+    -- cancel took it, the log was not lost.
+    local pause, live, cancelled = parse_meta(redis.call('GET', metakey))
+    if latest > cancelled then write_meta(pause, live, latest, keep) end
+  end
   return {now, removed, last}
 
 elseif op == 'pause' then

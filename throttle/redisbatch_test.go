@@ -271,32 +271,34 @@ func waitQueued(t *testing.T, s *RedisStore, n int) {
 	require.Eventually(t, func() bool { s.calls.mu.Lock(); defer s.calls.mu.Unlock(); return len(s.calls.queue) == n }, 2*time.Second, time.Millisecond)
 }
 
-// busyLanes holds every lane of s with a run blocked on its gate: the
-// hook's runs 1 and 2 wait for gates[0] and gates[1].
-func busyLanes(t *testing.T, s *RedisStore) {
+// busyStore returns a hooked RedisStore with every lane held by a run
+// blocked on its gate (runs 1 and 2 wait for gates[0] and gates[1]); the
+// hook calls third before the third run.
+func busyStore(t *testing.T, third func()) (*RedisStore, [2]chan struct{}) {
 	t.Helper()
-	for _, n := range []string{"lane1.example", "lane2.example"} {
-		go func() {
-			_, _ = s.Reserve(context.Background(), n, Limit{Limit: 10, Window: time.Minute}, oneUnit(), make([]Grant, 1))
-		}()
-	}
-	require.Eventually(t, func() bool { s.calls.mu.Lock(); defer s.calls.mu.Unlock(); return s.calls.inflight == storeLanes }, 2*time.Second, time.Millisecond)
-}
-
-// TestRedisStoreSharedRunOutlivesAnOldLeader: a run is bounded by the
-// latest deadline of its calls, so a leader that spent most of its own in
-// the queue does not fail the calls that joined it fresh.
-func TestRedisStoreSharedRunOutlivesAnOldLeader(t *testing.T) {
 	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
 	s, _ := hookedStore(t, func(n int64, _ []any) {
 		switch {
 		case n <= 2:
 			<-gates[n-1]
 		case n == 3:
-			time.Sleep(40 * time.Millisecond) // the shared run is slow
+			third()
 		}
 	})
-	busyLanes(t, s)
+	for _, n := range []string{"lane1.example", "lane2.example"} {
+		go func() {
+			_, _ = s.Reserve(context.Background(), n, Limit{Limit: 10, Window: time.Minute}, oneUnit(), make([]Grant, 1))
+		}()
+	}
+	require.Eventually(t, func() bool { s.calls.mu.Lock(); defer s.calls.mu.Unlock(); return s.calls.inflight == storeLanes }, 2*time.Second, time.Millisecond)
+	return s, gates
+}
+
+// TestRedisStoreSharedRunOutlivesAnOldLeader: a run is bounded by the
+// latest deadline of its calls, so a leader that spent most of its own in
+// the queue does not fail the calls that joined it fresh.
+func TestRedisStoreSharedRunOutlivesAnOldLeader(t *testing.T) {
+	s, gates := busyStore(t, func() { time.Sleep(40 * time.Millisecond) }) // the shared run is slow
 	lim := Limit{Limit: 10, Window: time.Minute}
 	aCtx, cancelA := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancelA()
@@ -318,16 +320,7 @@ func TestRedisStoreSharedRunOutlivesAnOldLeader(t *testing.T) {
 // calls it carried and the queue, and gives its lane back; no caller waits
 // forever (Throttler.runBatches does the same for its waiters).
 func TestRedisStorePanicInASharedRunFreesEveryone(t *testing.T) {
-	gates := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
-	s, _ := hookedStore(t, func(n int64, _ []any) {
-		switch {
-		case n <= 2:
-			<-gates[n-1]
-		case n == 3:
-			panic("boom")
-		}
-	})
-	busyLanes(t, s)
+	s, gates := busyStore(t, func() { panic("boom") })
 	lim := Limit{Limit: 10, Window: time.Minute}
 	panicked := make(chan any, 1)
 	go func() {

@@ -322,9 +322,10 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	args = append(args, "reserve", s.nowArg(), s.procArg)
 	want := 1
 	for _, c := range calls {
-		la := c.rt.limitArgs(c.lim, max(s.liveness, 2*c.lim.Window))
+		liveness := s.livenessFor(c.lim.Window)
+		la := c.rt.limitArgs(c.lim, liveness)
 		hb := la.quiet
-		if c.marking = c.rt.heartbeatDue(la.heartbeat); c.marking != 0 {
+		if c.marking = c.rt.heartbeatDue(liveness); c.marking != 0 {
 			hb = la.heartbeat
 		}
 		args = append(args, la.limit, la.window, la.gap, hb, c.rt.seen.Load(), len(c.reqs))
@@ -417,14 +418,18 @@ func (s *RedisStore) target(name string) *redisTarget {
 // once a run that marks the process live on rt's target succeeds, or 0 when
 // no mark is due: the first call marks, then one about every second. A run
 // that fails records nothing, so the next call marks again.
-func (rt *redisTarget) heartbeatDue(liveness any) int64 {
+func (rt *redisTarget) heartbeatDue(liveness time.Duration) int64 {
 	now := time.Now().UnixNano()
-	every := min(heartbeatEvery, time.Duration(liveness.(int64))*time.Microsecond/4)
+	every := min(heartbeatEvery, liveness/4)
 	if now-rt.marked.Load() < int64(every) {
 		return 0
 	}
 	return now
 }
+
+// livenessFor is how long a process counts as live on a target whose
+// window is w: the store's liveness, and never less than two windows.
+func (s *RedisStore) livenessFor(w time.Duration) time.Duration { return max(s.liveness, 2*w) }
 
 // maxRedisTargets bounds the per-target bookkeeping of a crawl over many
 // targets: every maxRedisTargets new targets, those idle for a minute are
@@ -449,7 +454,7 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 	// windows): by then no slot booked before the cancel is in a window.
 	keep := s.liveness
 	if a := rt.args.Load(); a != nil {
-		keep = max(keep, 2*a.lim.Window)
+		keep = s.livenessFor(a.lim.Window)
 	}
 	args := []any{"cancel", s.nowArg(), us(keep)}
 	m := s.member(id)

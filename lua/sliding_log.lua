@@ -7,16 +7,22 @@
 -- Redis server's clock (TIME), so every worker shares one timeline whatever
 -- its own clock.
 --
+-- Numbers the script keeps, and a reserve's numeric arguments, are 8-byte
+-- big-endian signed integers (struct "i8"): converting a decimal string to
+-- a number costs Lua a strtod, several times the cost of the rest of a
+-- step.
+--
 -- KEYS: three per target, in this order:
 --   log    list, in slot order (every new slot is at or after the last):
---          one element per admitted unit, its slot as 16 digits then its
---          member (unique: no two units collapse into one); a log left as
---          a sorted set (member, score = slot) by an earlier fleetgate is
---          rewritten as a list when first read
---   pause  string "<pause>:<live>:<cancelled>", the target's meta: the end
---          of the fleet-wide pause (us, 0 for none), the live processes
---          counted at the latest mark, and the latest slot a cancel removed
---          (fields an earlier fleetgate did not write read as 0)
+--          one element per admitted unit, its slot (8 bytes) then its
+--          member (unique: no two units collapse into one); a log an
+--          earlier fleetgate left as a sorted set (member, score = slot) or
+--          as a list of decimal slots is rewritten when first read
+--   pause  the target's meta, three numbers (24 bytes): the end of the
+--          fleet-wide pause (us, 0 for none), the live processes counted at
+--          the latest mark, and the latest slot a cancel removed; an
+--          earlier fleetgate wrote them as "<pause>[:<live>[:<cancelled>]]",
+--          which is still read
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
 -- one or more (on a single node, where keys of many slots may meet).
@@ -24,14 +30,18 @@
 -- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore"
 -- ARGV[2] now: "" to read the server clock (production); tests may pass us.
 --
--- reserve: ARGV[3] process id, then for each target, in KEYS order, a block:
---          limit, window us, gap us,
---          heartbeat: the liveness us; positive: mark this process live,
---            drop processes not seen for that long, renew the TTL and
---            store their count in meta; negative: read the count from
---            meta, unless the log was lost (then mark at once),
---          the latest slot (us) this process has seen in the log, 0 if none,
---          count k, then k triples: member, units n, max wait us (-1: none).
+-- reserve: ARGV[3] process id, then for each target, in KEYS order, a block
+--          of 1 + k arguments: first the numbers, 6 + 2k of them in one
+--          string:
+--            limit, window us, gap us,
+--            heartbeat: the liveness us; positive: mark this process live,
+--              drop processes not seen for that long, renew the TTL and
+--              store their count in meta; negative: read the count from
+--              meta, unless the log was lost (then mark at once),
+--            the latest slot (us) this process has seen in the log, 0 if
+--              none,
+--            count k, then k pairs: units n, max wait us (-1: none);
+--          then the k requests' members.
 --   Entries at or before now - window no longer count (they are cut off
 --   in batches). If no entry counts although that slot is still inside
 --   the window and no cancel removed it, Redis has lost the log (a
@@ -71,16 +81,24 @@ local op = ARGV[1]
 -- Numbers go to Redis as strings made with %d: Redis would format a Lua
 -- number with %.17g, which costs more than the command itself.
 local fmt, sub, floor = string.format, string.sub, math.floor
+local spack, sunpack = struct.pack, struct.unpack
 
-local now = tonumber(ARGV[2])
-if not now then
+local now
+if ARGV[2] == '' then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
+else
+  now = tonumber(ARGV[2])
 end
 
-local function entry(slot, member) return fmt('%016d', slot) .. member end
-local function slot_of(e) return tonumber(sub(e, 1, 16)) end
-local function member_of(e) return sub(e, 17) end
+-- Every helper below is made anew by each run (a script cannot keep
+-- functions between runs), so there are few of them.
+local function entry(slot, member) return spack('>i8', slot) .. member end
+local function slot_of(e) return (sunpack('>i8', e)) end
+local MEMBER = 9 -- where an entry's member starts: sub(e, MEMBER)
+-- TEXT: a slot read past this is the first 8 digits of a decimal slot, as
+-- an earlier fleetgate wrote them.
+local TEXT = 9007199254740992 -- 2^53
 
 local function pexpire_until(key, until_us)
   -- A TTL in whole milliseconds, never 0: the key outlives its last use.
@@ -94,6 +112,7 @@ end
 -- fleetgate did not write read as 0.
 local function parse_meta(v)
   if not v then return 0, 0, 0 end
+  if #v == 24 and string.byte(v) == 0 then return sunpack('>i8i8i8', v) end
   local p, l, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
   return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0
 end
@@ -102,38 +121,49 @@ end
 -- slot, kept until the pause ends or for keep us, whichever is later.
 local function write_meta(pause_end, live, cancelled, keep)
   if pause_end - now > keep then keep = pause_end - now end
-  local v = fmt('%d:%d:%d', pause_end, live, cancelled)
+  local v = spack('>i8i8i8', pause_end, live, cancelled)
   redis.call('SET', metakey, v, 'PX', fmt('%d', floor(keep / 1000) + 1))
   return v
 end
 
 local function at(i) return slot_of(redis.call('LINDEX', log, fmt('%d', i))) end
 
--- push appends entries to the log, in chunks: unpack has a stack limit.
-local function push(entries)
-  for i = 1, #entries, 1000 do
-    redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, #entries)))
+-- push appends entries[1..count] (count: all of them when nil) to the log,
+-- in chunks: unpack has a stack limit.
+local function push(entries, count)
+  count = count or #entries
+  for i = 1, count, 1000 do
+    redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
   end
 end
 
--- migrate rewrites a log kept as a sorted set (by fleetgate before its logs
--- were lists) as a list, keeping its TTL; err is the error of the list
--- command that failed on it, raised again if the log is not a sorted set.
-local function migrate(err)
-  if redis.call('TYPE', log).ok ~= 'zset' then error(err) end
-  local ttl = redis.call('PTTL', log)
-  local z = redis.call('ZRANGE', log, '0', '-1', 'WITHSCORES')
-  redis.call('DEL', log)
+-- upgrade rewrites, keeping its TTL, a log an earlier fleetgate left: a
+-- sorted set (member, score = slot) when err is the error of the list
+-- command that failed on it (raised again if the log is not a sorted set),
+-- else a list of decimal slots (16 digits, then the member).
+local function upgrade(err)
   local es = {}
-  for i = 1, #z, 2 do es[#es + 1] = entry(tonumber(z[i + 1]), z[i]) end
+  if err then
+    if redis.call('TYPE', log).ok ~= 'zset' then error(err) end
+    local z = redis.call('ZRANGE', log, '0', '-1', 'WITHSCORES')
+    for i = 1, #z, 2 do es[#es + 1] = entry(tonumber(z[i + 1]), z[i]) end
+  else
+    for i, e in ipairs(redis.call('LRANGE', log, '0', '-1')) do
+      es[i] = entry(tonumber(sub(e, 1, 16)), sub(e, 17))
+    end
+  end
+  local ttl = redis.call('PTTL', log)
+  redis.call('DEL', log)
   push(es)
   if ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
 end
 
 -- HEAD is how many entries read_log fetches from the head of the log: a
 -- short log is read whole in one call, and a long one costs a string per
--- entry fetched (hot target, 1 goroutine: 16 cost ~2.5 us more than 8).
-local HEAD = 8
+-- entry fetched (a hot target's reserve: 8 cost 4% more server
+-- instructions than 4, 16 cost 12% more).
+local HEAD, HEAD_LAST = 4, '3'
+local NONE = {}
 
 -- read_log finds the entries at or before cutoff (the head of the log) and
 -- returns how many are left, the last one's slot (nil when none), the
@@ -144,24 +174,30 @@ local HEAD = 8
 -- rest of a list node, so cutting one entry per call costs more than
 -- skipping a few.
 local function read_log(cutoff, force)
-  local head = redis.pcall('LRANGE', log, '0', fmt('%d', HEAD - 1))
+  local head = redis.pcall('LRANGE', log, '0', HEAD_LAST)
   if head.err then
-    migrate(head)
-    head = redis.call('LRANGE', log, '0', fmt('%d', HEAD - 1))
+    upgrade(head)
+    head = redis.call('LRANGE', log, '0', HEAD_LAST)
   end
   local n = #head
   if n == 0 then return 0, nil, head, 0, 0 end
+  local first = slot_of(head[1])
+  if first > TEXT then
+    upgrade()
+    head = redis.call('LRANGE', log, '0', HEAD_LAST)
+    first = slot_of(head[1])
+  end
   local len, last
   if n < HEAD then
     len, last = n, slot_of(head[n])
   else
-    len, last = redis.call('LLEN', log), at(-1)
+    len, last = redis.call('LLEN', log), slot_of(redis.call('LINDEX', log, '-1'))
   end
   if last <= cutoff then
     redis.call('DEL', log)
-    return 0, nil, {}, 0, 0
+    return 0, nil, NONE, 0, 0
   end
-  if slot_of(head[1]) > cutoff then return len, last, head, 0, 0 end
+  if first > cutoff then return len, last, head, 0, 0 end
   -- Entry lo is dropped, hi kept.
   local lo, hi = 0, len - 1
   if n == len or slot_of(head[n]) > cutoff then
@@ -192,15 +228,6 @@ local function read_log(cutoff, force)
   return len - hi, last, head, hi, 0
 end
 
--- mark marks this process live, drops the processes not seen for liveness
--- and returns how many are live.
-local function mark(proc, liveness)
-  redis.call('ZADD', procs, fmt('%d', now), proc)
-  redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
-  pexpire_until(procs, now + liveness)
-  return redis.call('ZCARD', procs)
-end
-
 if op == 'reserve' then
   local proc = ARGV[3]
   local reply = {now}
@@ -214,19 +241,20 @@ if op == 'reserve' then
     metas = redis.call('MGET', unpack(mkeys))
   end
   local written = {} -- meta values this run wrote, by key: a target may come twice
+  -- A block's new entries, new[1..nn], written at its end; until then the
+  -- (limit-n+1)-th most recent entry may be one of them (slots[1..nn]).
+  -- Every block reuses both tables.
+  local new, slots = {}, {}
   local a = 4 -- the next block's first argument
   for b = 1, #KEYS, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
-    local limit = tonumber(ARGV[a])
-    local window = tonumber(ARGV[a + 1])
-    local gap = tonumber(ARGV[a + 2])
-    local liveness = tonumber(ARGV[a + 3])
-    local seen = tonumber(ARGV[a + 4])
-    local k = tonumber(ARGV[a + 5])
-    if not (limit and window and gap and liveness and seen and k) or limit < 1 or window < 1 or liveness == 0 then
+    local nums = ARGV[a]
+    if not nums or #nums < 48 then return redis.error_reply('fleetgate: bad reserve arguments') end
+    local limit, window, gap, liveness, seen, k = sunpack('>i8i8i8i8i8i8', nums)
+    if limit < 1 or window < 1 or liveness == 0 or k < 0 or #nums ~= 48 + 16 * k or #ARGV < a + k then
       return redis.error_reply('fleetgate: bad reserve arguments')
     end
-    a = a + 6
+    a = a + 1
 
     local pause, live, cancelled = parse_meta(written[metakey] or metas[(b + 2) / 3])
     if pause <= now then pause = 0 end
@@ -240,15 +268,12 @@ if op == 'reserve' then
     -- The block's fixed values, filled in once its requests are decided.
     local base = #reply
     reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = 0, 0, 0, 0
-    -- New entries are written at the end of the block; until then the
-    -- (limit-n+1)-th most recent entry may be one of them (their slots).
-    local new, slots = {}, {}
+    local nn = 0
     local cached, cachedSlot = nil, nil -- the last entry read by LINDEX
     for i = 1, k do
       local member = ARGV[a]
-      local n = tonumber(ARGV[a + 1])
-      local maxwait = tonumber(ARGV[a + 2])
-      a = a + 3
+      local n, maxwait = sunpack('>i8i8', nums, 33 + 16 * i)
+      a = a + 1
       local slot = now
       if pause > slot then slot = pause end
       if last then
@@ -256,14 +281,14 @@ if op == 'reserve' then
         if gap > 0 and last + gap > slot then slot = last + gap end
       end
       local granted = false
-      if n and maxwait and n >= 1 and n <= limit then
+      if n >= 1 and n <= limit then
         local r = limit - n + 1 -- the (limit-n+1)-th most recent entry bounds the slot
-        if len + #slots >= r then
+        if len + nn >= r then
           local e
-          if r <= #slots then
-            e = slots[#slots - r + 1]
+          if r <= nn then
+            e = slots[nn - r + 1]
           else
-            local back = r - #slots -- from the log's end, 1 = its last
+            local back = r - nn -- from the log's end, 1 = its last
             local idx = len - back  -- from its head, 0 = its first
             if off + idx < #head then
               e = slot_of(head[off + idx + 1])
@@ -281,13 +306,13 @@ if op == 'reserve' then
         if maxwait < 0 or slot - now <= maxwait then
           granted = true
           if n == 1 then
-            new[#new + 1] = entry(slot, member)
-            slots[#slots + 1] = slot
+            nn = nn + 1
+            new[nn], slots[nn] = spack('>i8', slot) .. member, slot
           else
-            local prefix = fmt('%016d', slot) .. member .. '.'
+            local prefix = spack('>i8', slot) .. member .. '.'
             for j = 1, n do
-              new[#new + 1] = prefix .. j
-              slots[#slots + 1] = slot
+              nn = nn + 1
+              new[nn], slots[nn] = prefix .. j, slot
             end
           end
           last = slot
@@ -301,8 +326,8 @@ if op == 'reserve' then
         reply[#reply + 1] = -1 - (slot - now)
       end
     end
-    if #new > 0 then
-      push(new)
+    if nn > 0 then
+      push(new, nn)
       pexpire_until(log, last + window)
     end
 
@@ -311,11 +336,16 @@ if op == 'reserve' then
     -- where the calls in between read it.
     if liveness > 0 or lost then
       if liveness < 0 then liveness = -liveness end
-      live = mark(proc, liveness)
+      -- Mark this process live, drop the processes not seen for
+      -- liveness and count the rest.
+      redis.call('ZADD', procs, fmt('%d', now), proc)
+      redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
+      pexpire_until(procs, now + liveness)
+      live = redis.call('ZCARD', procs)
       written[metakey] = write_meta(pause, live, cancelled, liveness)
     end
 
-    local remaining = limit - len - #slots
+    local remaining = limit - len - nn
     if remaining < 0 or pause > 0 then remaining = 0 end
     local reset = 0
     if last then reset = last + window - now end
@@ -339,9 +369,10 @@ elseif op == 'cancel' then
   end
   local to = redis.pcall('LLEN', log) -- search [from, to)
   if type(to) == 'table' then
-    migrate(to)
+    upgrade(to)
     to = redis.call('LLEN', log)
   end
+  if to > 0 and slot_of(redis.call('LINDEX', log, '0')) > TEXT then upgrade() end
   local from, chunk = to, 8
   local chunks, gone, removed, latest = {}, {}, 0, 0
   while left > 0 and to > 0 do
@@ -349,7 +380,7 @@ elseif op == 'cancel' then
     local es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
     chunks[#chunks + 1] = es
     for i = #es, 1, -1 do
-      local m = member_of(es[i])
+      local m = sub(es[i], MEMBER)
       if want[m] then
         want[m] = nil
         left = left - 1
@@ -411,7 +442,7 @@ elseif op == 'restore' then
   local old = {}
   if len > 0 then old = redis.call('LRANGE', log, '0', '-1') end
   local have = {} -- member -> its slot in the log
-  for _, e in ipairs(old) do have[member_of(e)] = slot_of(e) end
+  for _, e in ipairs(old) do have[sub(e, MEMBER)] = slot_of(e) end
   local want, moved = {}, {} -- member -> its new slot; members whose entry moves later
   for i = 4, #ARGV - 1, 2 do
     local age = tonumber(ARGV[i + 1])
@@ -434,7 +465,7 @@ elseif op == 'restore' then
     -- Merge in slot order and write the log anew.
     local i, j = 1, 1
     while i <= #old or j <= #add do
-      if i <= #old and moved[member_of(old[i])] then
+      if i <= #old and moved[sub(old[i], MEMBER)] then
         i = i + 1 -- its entry moves later
       elseif j > #add or (i <= #old and slot_of(old[i]) <= add[j][1]) then
         merged[#merged + 1] = old[i]

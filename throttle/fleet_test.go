@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"log/slog"
@@ -67,8 +68,9 @@ func (c *scriptCounter) record(args []any, vals []int64) {
 	if numKeys > 3 {
 		c.multi++
 	}
-	for b := 0; a+5 < len(args) && len(vals) >= 4; b++ {
-		k := args[a+5].(int)
+	for b := 0; a < len(args) && len(vals) >= 4; b++ {
+		nums := args[a].([]byte)
+		k := int(binary.BigEndian.Uint64(nums[40:48])) // the block's sixth number
 		log, _ := args[3+3*b].(string)
 		for _, d := range vals[4 : 4+k] {
 			if d >= 0 {
@@ -78,7 +80,7 @@ func (c *scriptCounter) record(args []any, vals []int64) {
 			}
 		}
 		vals = vals[4+k:]
-		a += 6 + 3*k
+		a += 1 + k
 	}
 }
 

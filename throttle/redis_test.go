@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"testing"
 	"time"
@@ -265,6 +266,80 @@ func TestRedisStoreUpgradesASortedSetLog(t *testing.T) {
 	require.Zero(t, n, "the cancel found its entry in the rewritten log")
 }
 
+// TestRedisStoreUpgradesADecimalLog: a log an earlier fleetgate kept as a
+// list of decimal slots, and its "<pause>:<live>:<cancelled>" meta, are
+// read as they were: the first reserve rewrites the log with its entries
+// and its TTL, counts them, and honours the pause; a cancel finds its entry
+// in the rewritten log.
+func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
+	ctx := context.Background()
+	keys := s.keys("old.example")
+	decimal := func(slot int64, member string) string { return fmt.Sprintf("%016d", slot) + member }
+	require.NoError(t, client.RPush(ctx, keys[0], decimal(now-500_000, "p.1"), decimal(now-200_000, "p.2")).Err())
+	require.NoError(t, client.PExpire(ctx, keys[0], time.Minute).Err())
+	require.NoError(t, client.Set(ctx, keys[1], fmt.Sprintf("%d:4:0", now+300_000), time.Minute).Err())
+
+	g := make([]Grant, 2)
+	st, err := s.Reserve(ctx, "old.example", Limit{Limit: 3, Window: time.Second}, []Request{{ID: 1, N: 1, MaxWait: -1}, {ID: 2, N: 1, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.Equal(t, []Grant{{OK: true, Delay: 300 * time.Millisecond}, {OK: true, Delay: 500 * time.Millisecond}}, g, "the pause holds and the old entries count")
+	require.Equal(t, 300*time.Millisecond, st.Paused)
+	es, err := client.LRange(ctx, keys[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{logEntry(now-500_000, "p.1"), logEntry(now-200_000, "p.2"), logEntry(now+300_000, s.member(1)), logEntry(now+500_000, s.member(2))}, es)
+
+	// A refusal writes nothing: the rewritten log keeps its TTL.
+	other := s.keys("other.example")
+	require.NoError(t, client.RPush(ctx, other[0], decimal(now+100_000, s.member(9))).Err())
+	require.NoError(t, client.PExpire(ctx, other[0], time.Minute).Err())
+	_, err = s.Reserve(ctx, "other.example", Limit{Limit: 1, Window: time.Second}, []Request{{ID: 10, N: 1, MaxWait: 0}}, g[:1])
+	require.NoError(t, err)
+	require.Equal(t, Grant{Delay: 1100 * time.Millisecond}, g[0], "the old entry counts")
+	es, err = client.LRange(ctx, other[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{logEntry(now+100_000, s.member(9))}, es)
+	ttl, err := client.PTTL(ctx, other[0]).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 50*time.Second, "the rewrite keeps the TTL")
+	require.NoError(t, s.Cancel(ctx, "other.example", 9, 1))
+	n, err := client.LLen(ctx, other[0]).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "the cancel found its entry in the rewritten log")
+
+	// A cancel is the first to read a decimal log.
+	third := s.keys("third.example")
+	require.NoError(t, client.RPush(ctx, third[0], decimal(now+100_000, "p.1"), decimal(now+200_000, s.member(11))).Err())
+	require.NoError(t, client.PExpire(ctx, third[0], time.Minute).Err())
+	require.NoError(t, s.Cancel(ctx, "third.example", 11, 1))
+	es, err = client.LRange(ctx, third[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{logEntry(now+100_000, "p.1")}, es)
+}
+
+// TestReserveRejectsBadNumbers: a reserve whose block of numbers is too
+// short, or does not match its count of requests, is an error that says
+// so, and writes nothing.
+func TestReserveRejectsBadNumbers(t *testing.T) {
+	s, client := startStore(t)
+	ctx := context.Background()
+	keys := s.target("x.example").keyArgs
+	good := appendNums(nil, 5, 1_000_000, 0, -10_000_000, 0, 1, 1, -1)
+	for name, nums := range map[string][]byte{
+		"short":          good[:40],
+		"count too high": appendNums(good[:40:40], 2, 1, -1),
+		"count too low":  appendNums(append(good[:40:40], good[40:]...), 1, -1),
+	} {
+		args := append(append(scriptArgs(3, 7), keys...), "reserve", "", s.procArg, nums, "m.1")
+		_, err := s.eval(ctx, slidingLog, args, 1)
+		require.ErrorContains(t, err, "bad reserve arguments", name)
+	}
+	n, err := client.Exists(ctx, s.keys("x.example")...).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing was written")
+}
+
 // TestRestoreMovesAMemberLater: restoring a member already in the log keeps
 // one entry, at the later slot (placeholders restored by a process that
 // comes back later reach further).
@@ -278,7 +353,7 @@ func TestRestoreMovesAMemberLater(t *testing.T) {
 	require.NoError(t, s.Restore(ctx, "x.example", 10*time.Second, []Entry{{ID: shared, N: 1, Age: -2 * time.Second}}))
 	es, err := client.LRange(ctx, s.keys("x.example")[0], 0, -1).Result()
 	require.NoError(t, err)
-	require.Equal(t, []string{fmt.Sprintf("%016d", now) + s.member(5), fmt.Sprintf("%016d", now+3_000_000) + s.member(shared)}, es)
+	require.Equal(t, []string{logEntry(now, s.member(5)), logEntry(now+3_000_000, s.member(shared))}, es)
 }
 
 // startStore returns a RedisStore on a server of its own, and a client of
@@ -361,4 +436,10 @@ func TestCancelOfManyUnits(t *testing.T) {
 	stats, err := client.Info(ctx, "commandstats").Result()
 	require.NoError(t, err)
 	require.NotContains(t, stats, "cmdstat_lrem", "one rewrite, not an LREM per unit")
+}
+
+// logEntry is a log element as the script writes it: the slot (8 bytes,
+// big-endian), then the member.
+func logEntry(slot int64, member string) string {
+	return string(binary.BigEndian.AppendUint64(nil, uint64(slot))) + member
 }

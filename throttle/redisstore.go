@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha1"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -44,7 +45,7 @@ const DefaultKeyPrefix = "fleetgate:"
 // redis.UniversalClient; each target's keys share one hash tag, so they sit
 // in one Cluster slot.
 //
-// A target's log is a Redis list in slot order, one element (about 35
+// A target's log is a Redis list in slot order, one element (about 27
 // bytes) per admitted unit still in its window or booked ahead. Every key
 // gets a TTL just long enough for its window and reservations, so idle
 // targets leave nothing behind. RedisStore is safe for concurrent use.
@@ -72,21 +73,35 @@ type redisTarget struct {
 	args    atomic.Pointer[limitArgs]
 }
 
-// limitArgs are a Limit's script arguments, boxed once: a target's limit
-// rarely changes, and boxing them on every call cost allocations.
+// limitArgs are the first numbers of a reserve block for a Limit (limit,
+// window, gap and the heartbeat), encoded once: a target's limit rarely
+// changes.
 type limitArgs struct {
-	lim                Limit
-	limit, window, gap any
-	heartbeat, quiet   any // the liveness, positive (mark, trim and count) and negative (read the stored count)
+	lim              Limit
+	heartbeat, quiet []byte // the liveness, positive (mark, trim and count) and negative (read the stored count)
 }
 
 func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
 	if a := rt.args.Load(); a != nil && a.lim == lim {
 		return a
 	}
-	a := &limitArgs{lim: lim, limit: lim.Limit, window: us(lim.Window), gap: us(lim.Gap), heartbeat: us(liveness), quiet: -us(liveness)}
+	head := appendNums(nil, int64(lim.Limit), us(lim.Window), us(lim.Gap))
+	a := &limitArgs{
+		lim:       lim,
+		heartbeat: appendNums(slices.Clip(head), us(liveness)),
+		quiet:     appendNums(slices.Clip(head), -us(liveness)),
+	}
 	rt.args.Store(a)
 	return a
+}
+
+// appendNums appends vs to b as the script reads a reserve's numbers: each
+// an 8-byte big-endian signed integer.
+func appendNums(b []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		b = binary.BigEndian.AppendUint64(b, uint64(v))
+	}
+	return b
 }
 
 // heartbeatEvery is how often, at most, a process marks itself live on a
@@ -310,12 +325,16 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	}
 	calls = send
 
-	nkeys, nargs := 0, 3
+	nkeys, nargs, nnums := 0, 3, 0
 	for _, c := range calls {
 		nkeys += len(c.rt.keyArgs)
-		nargs += 6 + 3*len(c.reqs)
+		nargs += 1 + len(c.reqs)
+		nnums += 6 + 2*len(c.reqs)
 	}
 	args := scriptArgs(nkeys, nkeys+nargs)
+	// Every block's numbers in one buffer, made once: appending never
+	// moves it, so each block's slice of it stays valid.
+	nums := make([]byte, 0, 8*nnums)
 	for _, c := range calls {
 		args = append(args, c.rt.keyArgs...)
 	}
@@ -328,13 +347,18 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		if c.marking = c.rt.heartbeatDue(liveness); c.marking != 0 {
 			hb = la.heartbeat
 		}
-		args = append(args, la.limit, la.window, la.gap, hb, c.rt.seen.Load(), len(c.reqs))
+		start := len(nums)
+		nums = appendNums(append(nums, hb...), c.rt.seen.Load(), int64(len(c.reqs)))
 		for _, r := range c.reqs {
 			maxWait := int64(-1)
 			if r.MaxWait >= 0 {
 				maxWait = us(r.MaxWait)
 			}
-			args = append(args, s.member(r.ID), r.N, maxWait)
+			nums = appendNums(nums, int64(r.N), maxWait)
+		}
+		args = append(args, nums[start:len(nums):len(nums)])
+		for _, r := range c.reqs {
+			args = append(args, s.member(r.ID))
 		}
 		want += 4 + len(c.reqs)
 	}

@@ -157,11 +157,22 @@ func (s *serverStats) serverCPUTime(b *testing.B) time.Duration {
 // included) and of this process (client-cpu-µs/op, where the OS reports it).
 func (s *serverStats) report(b *testing.B) {
 	serverCPU, selfCPU := s.serverCPUTime(b), processCPUTime()
+	usec, calls := s.scripts(b)
+	b.ReportMetric(usec/float64(b.N), "server-µs/op")
+	b.ReportMetric(calls/float64(b.N), "calls/op")
+	b.ReportMetric(float64(serverCPU-s.serverCPU)/float64(time.Microsecond)/float64(b.N), "server-cpu-µs/op")
+	if selfCPU > 0 {
+		b.ReportMetric(float64(selfCPU-s.selfCPU)/float64(time.Microsecond)/float64(b.N), "client-cpu-µs/op")
+	}
+}
+
+// scripts returns the time (µs) the server spent in scripts and how many
+// it ran since the last reset (INFO commandstats: EVALSHA and EVAL).
+func (s *serverStats) scripts(b *testing.B) (usec, calls float64) {
 	info, err := s.c.Info(context.Background(), "commandstats").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var usec, calls float64
 	for line := range strings.Lines(info) {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
 		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
@@ -178,10 +189,5 @@ func (s *serverStats) report(b *testing.B) {
 			}
 		}
 	}
-	b.ReportMetric(usec/float64(b.N), "server-µs/op")
-	b.ReportMetric(calls/float64(b.N), "calls/op")
-	b.ReportMetric(float64(serverCPU-s.serverCPU)/float64(time.Microsecond)/float64(b.N), "server-cpu-µs/op")
-	if selfCPU > 0 {
-		b.ReportMetric(float64(selfCPU-s.selfCPU)/float64(time.Microsecond)/float64(b.N), "client-cpu-µs/op")
-	}
+	return usec, calls
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,12 +24,19 @@ import (
 type redisServer struct {
 	Addr string
 	Port int
+	Pid  int
+	Dir  string // its working directory
 }
 
 // startRedis starts `redis-server --port <free> --save "" --appendonly no`,
 // waits until it answers PING and kills it when tb ends. It fails tb if
 // redis-server is not on PATH or does not answer within 10 seconds.
-func startRedis(tb testing.TB) *redisServer {
+func startRedis(tb testing.TB) *redisServer { return startWrapped(tb) }
+
+// startWrapped is startRedis with redis-server run by the command wrap (a
+// program and its arguments, redis-server's command line appended: valgrind,
+// say); none runs it directly.
+func startWrapped(tb testing.TB, wrap ...string) *redisServer {
 	tb.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -42,10 +50,12 @@ func startRedis(tb testing.TB) *redisServer {
 		}
 		dir := tb.TempDir()
 		logPath := filepath.Join(dir, "redis.log")
-		cmd := exec.Command(bin,
+		argv := append(slices.Clone(wrap), bin,
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--protected-mode", "no",
 			"--dir", dir, "--logfile", logPath)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir = dir
 		cmd.SysProcAttr = sysProcAttr() // dies with the test binary
 		if err := cmd.Start(); err != nil {
 			tb.Fatalf("start %s: %v", bin, err)
@@ -67,7 +77,7 @@ func startRedis(tb testing.TB) *redisServer {
 			break
 		}
 		tb.Cleanup(stop)
-		return &redisServer{Addr: addr, Port: port}
+		return &redisServer{Addr: addr, Port: port, Pid: cmd.Process.Pid, Dir: dir}
 	}
 	tb.Fatalf("%v", lastErr)
 	return nil

@@ -29,7 +29,7 @@ import (
 // fewer entries than in BenchmarkRedisDecisions (hot/allowed keeps about a
 // hundred), and the cases spread over 100 targets, not 1,000: each target
 // then sees several decisions a second, as in BenchmarkRedisDecisions, and
-// a process marks itself live on it (once a second) on a similar share of
+// a process marks itself live on it (every 2.5 s) on a similar share of
 // them.
 //
 // It needs valgrind and callgrind_control on PATH (Debian: apt-get install

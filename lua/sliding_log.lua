@@ -132,6 +132,10 @@ local function at(i) return slot_of(redis.call('LINDEX', log, fmt('%d', i))) end
 -- in chunks: unpack has a stack limit.
 local function push(entries, count)
   count = count or #entries
+  if count == 1 then
+    redis.call('RPUSH', log, entries[1])
+    return
+  end
   for i = 1, count, 1000 do
     redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
   end

@@ -127,7 +127,8 @@ func TestRedisStoreBadReply(t *testing.T) {
 }
 
 // TestRedisStoreMarksItselfWhenTheHeartbeatIsLost: a process marks itself
-// live on its first call for a target and then once a second; between marks
+// live on its first call for a target and then every quarter of the
+// liveness; between marks
 // it reads the count the latest mark stored, and leaves a set Redis has lost
 // alone; but when Redis has lost the target's log too (a restart), the call
 // marks at once.
@@ -160,7 +161,7 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, n, "no mark is due: the set is left alone")
 
-	s.target("example.com").marked.Store(0) // a second has passed
+	s.target("example.com").marked.Store(0) // a quarter of the liveness has passed
 	st, err = s.Reserve(ctx, "example.com", lim, oneUnit(), g)
 	require.NoError(t, err)
 	require.Equal(t, 1, st.Live, "the next heartbeat marks again")
@@ -172,6 +173,21 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 	require.Equal(t, 1, st.Live, "a lost log marks at once")
 	marked("after the lost log")
 	require.Positive(t, st.Paused, "a lost log holds the target")
+}
+
+// TestHeartbeatEveryQuarterOfTheLiveness: after its first mark on a target
+// a process marks again once a quarter of the liveness has passed, not
+// before.
+func TestHeartbeatEveryQuarterOfTheLiveness(t *testing.T) {
+	const liveness = 10 * time.Second
+	var rt redisTarget
+	require.NotZero(t, rt.heartbeatDue(liveness), "the first call marks")
+	rt.marked.Store(time.Now().Add(-2 * time.Second).UnixNano())
+	require.Zero(t, rt.heartbeatDue(liveness), "2s after a mark, with 10s of liveness")
+	rt.marked.Store(time.Now().Add(-2600 * time.Millisecond).UnixNano())
+	require.NotZero(t, rt.heartbeatDue(liveness), "2.6s after a mark")
+	rt.marked.Store(time.Now().Add(-600 * time.Millisecond).UnixNano())
+	require.NotZero(t, rt.heartbeatDue(2*time.Second), "0.6s after a mark, with 2s of liveness")
 }
 
 // TestRedisStoreQueuedCallIsNotEarly: a call that waited in the queue was

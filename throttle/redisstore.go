@@ -104,14 +104,6 @@ func appendNums(b []byte, vs ...int64) []byte {
 	return b
 }
 
-// heartbeatEvery is how often, at most, a process marks itself live on a
-// target: it trims the dead from the target's heartbeat set, renews its TTL
-// and stores the count of live processes in the target's pause key, where
-// every call reads it. Between marks a process is not marked again even if
-// Redis has lost the set, except when Redis has lost the target's log too
-// (a restart): then the call marks at once.
-const heartbeatEvery = time.Second
-
 // RedisOption configures a RedisStore.
 type RedisOption func(*RedisStore)
 
@@ -123,10 +115,10 @@ func WithKeyPrefix(p string) RedisOption {
 
 // WithLiveness sets how long a process counts as live on a target after its
 // last call (default 10s, and never less than twice the window; a process
-// marks itself live on its first call for a target and then at most once a
-// second, so the count may keep it up to a second less). Every call reads the
-// live count stored by the latest mark of any process, which sets each
-// process's share when the store fails.
+// marks itself live on its first call for a target and then every quarter
+// of the liveness at most, so the count may keep it a quarter less). Every
+// call reads the live count stored by the latest mark of any process, which
+// sets each process's share when the store fails.
 func WithLiveness(d time.Duration) RedisOption {
 	return func(s *RedisStore) { s.liveness = d }
 }
@@ -440,12 +432,20 @@ func (s *RedisStore) target(name string) *redisTarget {
 
 // heartbeatDue returns the time (unix ns) to record as rt's latest mark
 // once a run that marks the process live on rt's target succeeds, or 0 when
-// no mark is due: the first call marks, then one about every second. A run
-// that fails records nothing, so the next call marks again.
+// no mark is due: the first call marks, then one every quarter of the
+// liveness at most (2.5s by default).
+//
+// A mark trims the dead from the target's heartbeat set, renews its TTL
+// and stores the count of live processes in the target's pause key, where
+// every call reads it; it costs the server about as much as a decision,
+// so a process spread thin over many targets marks on a fair share of its
+// calls. Between marks a process is not marked again even if Redis has
+// lost the set, except when Redis has lost the target's log too (a
+// restart): then the call marks at once. A run that fails records nothing,
+// so the next call marks again.
 func (rt *redisTarget) heartbeatDue(liveness time.Duration) int64 {
 	now := time.Now().UnixNano()
-	every := min(heartbeatEvery, liveness/4)
-	if now-rt.marked.Load() < int64(every) {
+	if now-rt.marked.Load() < int64(liveness/4) {
 		return 0
 	}
 	return now

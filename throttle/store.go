@@ -70,7 +70,7 @@ type Grant struct {
 type State struct {
 	Remaining  int           // units the window still has room for, 0 while paused (a gap may still delay them)
 	ResetAfter time.Duration // until the log is empty; 0 when it is already
-	Live       int           // processes seen on this target lately, this one included; 0 when the store has no count yet (until the next mark, within a second)
+	Live       int           // processes seen on this target lately, this one included; 0 when the store has no count yet (until the next mark)
 	Tail       time.Duration // until the latest entry's slot; 0 when none is in the future
 	Paused     time.Duration // what is left of the pause; 0 when there is none
 }

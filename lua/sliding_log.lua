@@ -376,12 +376,16 @@ elseif op == 'cancel' then
     upgrade(to)
     to = redis.call('LLEN', log)
   end
-  if to > 0 and slot_of(redis.call('LINDEX', log, '0')) > TEXT then upgrade() end
   local from, chunk = to, 8
   local chunks, gone, removed, latest = {}, {}, 0, 0
   while left > 0 and to > 0 do
     from = math.max(0, to - chunk)
     local es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+    if #chunks == 0 and slot_of(es[#es]) > TEXT then
+      -- The log's last slot is decimal text, so the whole log is.
+      upgrade()
+      es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+    end
     chunks[#chunks + 1] = es
     for i = #es, 1, -1 do
       local m = sub(es[i], MEMBER)

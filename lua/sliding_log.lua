@@ -335,9 +335,9 @@ if op == 'reserve' then
       pexpire_until(log, last + window)
     end
 
-    -- The heartbeat: a process marks itself live about once a second per
-    -- target, and at once when the log was lost; the count goes to meta,
-    -- where the calls in between read it.
+    -- The heartbeat: a process marks itself live every quarter of the
+    -- liveness per target, and at once when the log was lost; the count
+    -- goes to meta, where the calls in between read it.
     if liveness > 0 or lost then
       if liveness < 0 then liveness = -liveness end
       -- Mark this process live, drop the processes not seen for
@@ -421,6 +421,10 @@ elseif op == 'cancel' then
   end
   local last = 0
   local e = redis.call('LINDEX', log, '-1')
+  if e and slot_of(e) > TEXT then -- decimal text, and no member searched
+    upgrade()
+    e = redis.call('LINDEX', log, '-1')
+  end
   if e then last = slot_of(e) end
   if latest > last then
     -- Other processes may have seen a removed entry as the log's last: a

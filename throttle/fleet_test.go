@@ -40,7 +40,8 @@ func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		c.n.Add(1)
 		err := next(ctx, cmd)
 		// EVALSHA sha numkeys keys... op now proc, then a block per
-		// target: limit window gap heartbeat seen k (member n maxwait)*k.
+		// target: its numbers in one binary argument (limit window gap
+		// heartbeat seen k (n maxwait)*k), then its k members.
 		// A reserve reply is {now, then per target: remaining, reset,
 		// live, pause, then a delay per request, negative if refused}.
 		if cmd, ok := cmd.(*redis.Cmd); ok && err == nil {

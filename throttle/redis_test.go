@@ -316,11 +316,28 @@ func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
 	es, err = client.LRange(ctx, third[0], 0, -1).Result()
 	require.NoError(t, err)
 	require.Equal(t, []string{logEntry(now+100_000, "p.1")}, es)
+
+	// So is a cancel of no member, which reports the log's last slot.
+	fourth := s.keys("fourth.example")
+	require.NoError(t, client.RPush(ctx, fourth[0], decimal(now+100_000, "p.1")).Err())
+	args := append(append(scriptArgs(3, 6), s.target("fourth.example").keyArgs...), "cancel", s.nowArg(), int64(1_000_000))
+	vals, err := s.eval(ctx, slidingLog, args, 3)
+	require.NoError(t, err)
+	require.Equal(t, []int64{now, 0, now + 100_000}, vals)
+
+	// And a restore.
+	fifth := s.keys("fifth.example")
+	require.NoError(t, client.RPush(ctx, fifth[0], decimal(now-100_000, "p.1")).Err())
+	require.NoError(t, s.Restore(ctx, "fifth.example", time.Second, []Entry{{ID: 12, N: 1, Age: 0}}))
+	es, err = client.LRange(ctx, fifth[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{logEntry(now-100_000, "p.1"), logEntry(now, s.member(12))}, es)
 }
 
 // TestReserveRejectsBadNumbers: a reserve whose block of numbers is too
-// short, or does not match its count of requests, is an error that says
-// so, and writes nothing.
+// short, does not match its count of requests, holds an impossible limit or
+// liveness, or lacks a request's member is an error that says so, and
+// writes nothing.
 func TestReserveRejectsBadNumbers(t *testing.T) {
 	s, client := startStore(t)
 	ctx := context.Background()
@@ -330,8 +347,15 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 		"short":          good[:40],
 		"count too high": appendNums(good[:40:40], 2, 1, -1),
 		"count too low":  appendNums(append(good[:40:40], good[40:]...), 1, -1),
+		"negative count": appendNums(good[:40:40], -1),
+		"limit 0":        appendNums(nil, 0, 1_000_000, 0, -10_000_000, 0, 1, 1, -1),
+		"liveness 0":     appendNums(nil, 5, 1_000_000, 0, 0, 0, 1, 1, -1),
+		"no member":      nil,
 	} {
 		args := append(append(scriptArgs(3, 7), keys...), "reserve", "", s.procArg, nums, "m.1")
+		if nums == nil {
+			args = append(append(scriptArgs(3, 6), keys...), "reserve", "", s.procArg, good)
+		}
 		_, err := s.eval(ctx, slidingLog, args, 1)
 		require.ErrorContains(t, err, "bad reserve arguments", name)
 	}

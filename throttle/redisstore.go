@@ -45,7 +45,7 @@ const DefaultKeyPrefix = "fleetgate:"
 // redis.UniversalClient; each target's keys share one hash tag, so they sit
 // in one Cluster slot.
 //
-// A target's log is a Redis list in slot order, one element (about 27
+// A target's log is a Redis list in slot order, one element (about 26
 // bytes) per admitted unit still in its window or booked ahead. Every key
 // gets a TTL just long enough for its window and reservations, so idle
 // targets leave nothing behind. RedisStore is safe for concurrent use.
@@ -324,8 +324,8 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		nnums += 6 + 2*len(c.reqs)
 	}
 	args := scriptArgs(nkeys, nkeys+nargs)
-	// Every block's numbers in one buffer, made once: appending never
-	// moves it, so each block's slice of it stays valid.
+	// Every block's numbers in one buffer, sized once so that appending
+	// never copies it.
 	nums := make([]byte, 0, 8*nnums)
 	for _, c := range calls {
 		args = append(args, c.rt.keyArgs...)
@@ -433,13 +433,13 @@ func (s *RedisStore) target(name string) *redisTarget {
 // heartbeatDue returns the time (unix ns) to record as rt's latest mark
 // once a run that marks the process live on rt's target succeeds, or 0 when
 // no mark is due: the first call marks, then one every quarter of the
-// liveness at most (2.5s by default).
+// liveness at most (2.5s with the default liveness and windows up to 5s).
 //
 // A mark trims the dead from the target's heartbeat set, renews its TTL
 // and stores the count of live processes in the target's pause key, where
-// every call reads it; it costs the server about as much as a decision,
-// so a process spread thin over many targets marks on a fair share of its
-// calls. Between marks a process is not marked again even if Redis has
+// every call reads it; it costs the server a third to a half of a
+// decision, so a process spread thin over many targets marks on a fair
+// share of its calls. Between marks a process is not marked again even if Redis has
 // lost the set, except when Redis has lost the target's log too (a
 // restart): then the call marks at once. A run that fails records nothing,
 // so the next call marks again.

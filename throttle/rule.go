@@ -68,7 +68,7 @@ func ParseRule(s string) (Rule, error) {
 }
 
 // Bounds of a Rule. A log keeps one entry per admitted unit for a window
-// (about 27 bytes each in Redis), so the limit is bounded; stores count in
+// (about 26 bytes each in Redis), so the limit is bounded; stores count in
 // microseconds, so windows and gaps are at least one millisecond and one
 // microsecond; and a window past a year is a mistake.
 const (

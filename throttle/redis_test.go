@@ -364,6 +364,47 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 	require.Zero(t, n, "nothing was written")
 }
 
+// TestForgetKeepsATargetWatchingForALostLog: a store forgets what it keeps
+// for targets it has not used for a minute (and only those), except a
+// target whose log it saw within a window: when Redis loses that log, the
+// store still takes it for lost and holds the target as if the log had
+// been full.
+func TestForgetKeepsATargetWatchingForALostLog(t *testing.T) {
+	s, client := startStore(t)
+	ctx := context.Background()
+	lim := Limit{Limit: 5, Window: 3 * time.Minute}
+	reqs := make([]Request, 5)
+	for i := range reqs {
+		reqs[i] = Request{ID: nextID(), N: 1, MaxWait: -1}
+	}
+	g := make([]Grant, 5)
+	_, err := s.Reserve(ctx, "kept.example", lim, reqs, g)
+	require.NoError(t, err)
+	_, err = s.Reserve(ctx, "gone.example", Limit{Limit: 5, Window: time.Second}, oneUnit(), g[:1])
+	require.NoError(t, err)
+
+	// A request it can never grant: nothing written, nothing seen.
+	_, err = s.Reserve(ctx, "busy.example", Limit{Limit: 5, Window: time.Second}, []Request{{ID: nextID(), N: 6}}, g[:1])
+	require.NoError(t, err)
+	s.forget(time.Now().Add(30 * time.Second))
+	_, busy := s.targets.Load("busy.example")
+	require.True(t, busy, "used within a minute")
+
+	s.forget(time.Now().Add(70 * time.Second)) // all idle for more than a minute
+	_, busy = s.targets.Load("busy.example")
+	require.False(t, busy, "idle, and it saw no log")
+	_, kept := s.targets.Load("kept.example")
+	require.True(t, kept, "its log was seen within a window")
+	_, gone := s.targets.Load("gone.example")
+	require.False(t, gone, "idle, and the latest slot it saw is more than a window old")
+
+	require.NoError(t, client.Del(ctx, s.keys("kept.example")...).Err()) // Redis lost the log
+	st, err := s.Reserve(ctx, "kept.example", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, g[:1])
+	require.NoError(t, err)
+	require.False(t, g[0].OK, "the lost log counts as full")
+	require.Positive(t, st.Paused)
+}
+
 // TestRestoreMovesAMemberLater: restoring a member already in the log keeps
 // one entry, at the later slot (placeholders restored by a process that
 // comes back later reach further).

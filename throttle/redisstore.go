@@ -69,6 +69,7 @@ type redisTarget struct {
 	keys    []string     // log, pause (with the live count), heartbeat
 	keyArgs []any        // keys, boxed once for the script's arguments
 	marked  atomic.Int64 // when this process last marked itself live here (unix ns)
+	used    atomic.Int64 // when this process last called Reserve here (unix ns)
 	seen    atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
 	args    atomic.Pointer[limitArgs]
 }
@@ -221,6 +222,7 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 		return State{}, fmt.Errorf("redis store: reserve %q: bad limit %d per %v, gap %v", target, lim.Limit, lim.Window, lim.Gap)
 	}
 	c := &reserveCall{ctx: ctx, entered: time.Now(), rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
+	c.rt.used.Store(c.entered.UnixNano())
 	if !s.batch.Load() {
 		s.reserve([]*reserveCall{c})
 	} else if !s.calls.do(ctx, c, s.reserve, failCalls) {
@@ -423,7 +425,7 @@ func (s *RedisStore) target(name string) *redisTarget {
 		return v.(*redisTarget)
 	}
 	if n := s.count.Add(1); n > maxRedisTargets && n%maxRedisTargets == 0 {
-		s.forget(time.Now().Add(-time.Minute).UnixNano())
+		s.forget(time.Now())
 	}
 	keys := s.keys(name)
 	v, _ := s.targets.LoadOrStore(name, &redisTarget{keys: keys, keyArgs: []any{keys[0], keys[1], keys[2]}})
@@ -457,12 +459,21 @@ func (s *RedisStore) livenessFor(w time.Duration) time.Duration { return max(s.l
 
 // maxRedisTargets bounds the per-target bookkeeping of a crawl over many
 // targets: every maxRedisTargets new targets, those idle for a minute are
-// forgotten (and made again if they come back).
+// forgotten (and made again if they come back), unless the latest slot this
+// process saw in the target's log is still within a window (and a minute,
+// for clock skew) of now: forgetting it would blind the process to a lost
+// log.
 const maxRedisTargets = 10_000
 
-func (s *RedisStore) forget(before int64) {
+func (s *RedisStore) forget(now time.Time) {
+	idle := now.Add(-time.Minute).UnixNano()
 	s.targets.Range(func(k, v any) bool {
-		if v.(*redisTarget).marked.Load() < before {
+		rt := v.(*redisTarget)
+		w := s.liveness // the target's window, if it has none yet: longer than any
+		if a := rt.args.Load(); a != nil {
+			w = a.lim.Window
+		}
+		if rt.used.Load() < idle && rt.seen.Load() < now.Add(-w-time.Minute).UnixMicro() {
 			s.targets.Delete(k)
 			s.count.Add(-1)
 		}

@@ -441,10 +441,10 @@ func (s *RedisStore) target(name string) *redisTarget {
 // and stores the count of live processes in the target's pause key, where
 // every call reads it; it costs the server a third to a half of a
 // decision, so a process spread thin over many targets marks on a fair
-// share of its calls. Between marks a process is not marked again even if Redis has
-// lost the set, except when Redis has lost the target's log too (a
-// restart): then the call marks at once. A run that fails records nothing,
-// so the next call marks again.
+// share of its calls. Between marks a process is not marked again even if
+// Redis has lost the set, except when Redis has lost the target's log too
+// (a restart): then the call marks at once. A run that fails records
+// nothing, so the next call marks again.
 func (rt *redisTarget) heartbeatDue(liveness time.Duration) int64 {
 	now := time.Now().UnixNano()
 	if now-rt.marked.Load() < int64(liveness/4) {
@@ -469,7 +469,7 @@ func (s *RedisStore) forget(now time.Time) {
 	idle := now.Add(-time.Minute).UnixNano()
 	s.targets.Range(func(k, v any) bool {
 		rt := v.(*redisTarget)
-		w := s.liveness // the target's window, if it has none yet: longer than any
+		w := s.liveness // the target's window; before its first Reserve, the liveness
 		if a := rt.args.Load(); a != nil {
 			w = a.lim.Window
 		}

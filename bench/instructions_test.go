@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,8 +95,8 @@ func countInstructions(b *testing.B, srv *redisServer, g int, op func(i int) err
 		}
 	}
 	stats := &serverStats{c: srv.client(b)}
-	callgrind(b, "--zero", srv)
 	stats.reset(b)
+	callgrind(b, "--zero", srv)
 	if err := parallelFill(g, n, func(i int) error { return op(warm + i) }); err != nil {
 		b.Fatal(err)
 	}
@@ -106,14 +105,10 @@ func countInstructions(b *testing.B, srv *redisServer, g int, op func(i int) err
 	return ran / n, scripts / n
 }
 
-var callgrindMu sync.Mutex
-
 // callgrind runs callgrind_control with the action (--zero or --dump) on
 // the server and, after a dump, returns the instructions it counted since
 // the last zero, read from the newest dump file.
 func callgrind(b *testing.B, action string, srv *redisServer) float64 {
-	callgrindMu.Lock()
-	defer callgrindMu.Unlock()
 	if out, err := exec.Command("callgrind_control", action, strconv.Itoa(srv.Pid)).CombinedOutput(); err != nil {
 		b.Fatalf("callgrind_control %s: %v\n%s", action, err, out)
 	}

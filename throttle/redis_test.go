@@ -269,8 +269,9 @@ func TestRedisStoreUpgradesASortedSetLog(t *testing.T) {
 // TestRedisStoreUpgradesADecimalLog: a log an earlier fleetgate kept as a
 // list of decimal slots, and its "<pause>:<live>:<cancelled>" meta, are
 // read as they were: the first reserve rewrites the log with its entries
-// and its TTL, counts them, and honours the pause; a cancel finds its entry
-// in the rewritten log.
+// and its TTL, counts them, and honours the pause; a cancel (with or
+// without members) or a restore that is the first to read such a log
+// rewrites it too.
 func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
 	const now = int64(1_800_000_000_000_000)
 	s, client := fixedClockStore(t, now)

@@ -148,6 +148,14 @@ func runFleet(t *testing.T, addr, prefix, rule string, window, margin time.Durat
 	return admitted.Load()
 }
 
+// steadyRate sorts slots and returns their span and the rate past the
+// first limit of them (the first window's burst): the steady rate.
+func steadyRate(slots []time.Time, limit int) (time.Duration, float64) {
+	sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
+	span := slots[len(slots)-1].Sub(slots[0])
+	return span, float64(len(slots)-limit) / span.Seconds()
+}
+
 // TestFleetProperty runs 3 independent clients × 8 goroutines on one target
 // against a real Redis for a few seconds and checks the guarantee on the
 // server's clock: every booking the script granted (its slot, in server
@@ -172,9 +180,7 @@ func TestFleetProperty(t *testing.T) {
 	slots := calls.slots
 	require.GreaterOrEqual(t, len(slots), int(admitted), "every admission was a granted booking")
 	require.LessOrEqual(t, peak(slots, window+margin), limit, "bookings in one window, on the server's clock")
-	sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
-	span := slots[len(slots)-1].Sub(slots[0])
-	steady := float64(len(slots)-limit) / span.Seconds()
+	span, steady := steadyRate(slots, limit)
 	ideal := limit / (window + margin).Seconds()
 	perAdmission := float64(calls.n.Load()) / float64(admitted)
 	t.Logf("%d admissions (%d bookings) in %v: %.1f/s steady, ideal %.1f/s; %d script calls (%.3f per admission)",
@@ -215,9 +221,7 @@ func TestFleetPropertyManyTargets(t *testing.T) {
 	for _, target := range targets {
 		slots := calls.byLog[store.keys(target)[0]]
 		require.LessOrEqual(t, peak(slots, window+margin), limit, "%s: bookings in one window, on the server's clock", target)
-		sort.Slice(slots, func(i, j int) bool { return slots[i].Before(slots[j]) })
-		span := slots[len(slots)-1].Sub(slots[0])
-		steady := float64(len(slots)-limit) / span.Seconds()
+		span, steady := steadyRate(slots, limit)
 		t.Logf("%s: %d bookings in %v: %.1f/s steady, ideal %.1f/s", target, len(slots), span, steady, ideal)
 		require.GreaterOrEqual(t, steady, 0.95*ideal, "%s: steady-state rate", target)
 	}

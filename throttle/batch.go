@@ -165,4 +165,4 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 
 // liveness is how long a live count stays good: the store's default
 // heartbeat liveness.
-func (tg *target) liveness() time.Duration { return max(10*time.Second, 2*tg.lim.Window) }
+func (tg *target) liveness() time.Duration { return livenessFor(defaultLiveness, tg.lim.Window) }

@@ -139,7 +139,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
-	s := &RedisStore{client: client, prefix: DefaultKeyPrefix, proc: hex.EncodeToString(id[:]), liveness: 10 * time.Second}
+	s := &RedisStore{client: client, prefix: DefaultKeyPrefix, proc: hex.EncodeToString(id[:]), liveness: defaultLiveness}
 	for _, o := range opts {
 		o(s)
 	}
@@ -335,7 +335,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	args = append(args, "reserve", s.nowArg(), s.procArg)
 	want := 1
 	for _, c := range calls {
-		liveness := s.livenessFor(c.lim.Window)
+		liveness := livenessFor(s.liveness, c.lim.Window)
 		la := c.rt.limitArgs(c.lim, liveness)
 		hb := la.quiet
 		if c.marking = c.rt.heartbeatDue(liveness); c.marking != 0 {
@@ -453,9 +453,12 @@ func (rt *redisTarget) heartbeatDue(liveness time.Duration) int64 {
 	return now
 }
 
+// defaultLiveness is a RedisStore's liveness unless WithLiveness sets one.
+const defaultLiveness = 10 * time.Second
+
 // livenessFor is how long a process counts as live on a target whose
-// window is w: the store's liveness, and never less than two windows.
-func (s *RedisStore) livenessFor(w time.Duration) time.Duration { return max(s.liveness, 2*w) }
+// window is w, with a store's liveness base: never less than two windows.
+func livenessFor(base, w time.Duration) time.Duration { return max(base, 2*w) }
 
 // maxRedisTargets bounds the per-target bookkeeping of a crawl over many
 // targets: every maxRedisTargets new targets, those idle for a minute are
@@ -489,7 +492,7 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 	// windows): by then no slot booked before the cancel is in a window.
 	keep := s.liveness
 	if a := rt.args.Load(); a != nil {
-		keep = s.livenessFor(a.lim.Window)
+		keep = livenessFor(s.liveness, a.lim.Window)
 	}
 	args := []any{"cancel", s.nowArg(), us(keep)}
 	m := s.member(id)

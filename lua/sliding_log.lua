@@ -91,21 +91,14 @@ else
   now = tonumber(ARGV[2])
 end
 
--- Every helper below is made anew by each run (a script cannot keep
--- functions between runs), so there are few of them.
-local function entry(slot, member) return spack('>i8', slot) .. member end
-local function slot_of(e) return (sunpack('>i8', e)) end
-local MEMBER = 9 -- where an entry's member starts: sub(e, MEMBER)
+-- A script cannot keep functions between runs: each run makes its helpers
+-- anew, some 1,400 server instructions apiece. So the reserve path is
+-- written out in line, and only four helpers are made: those that several
+-- ops need.
+local MEMBER = 9 -- where an entry's member starts: sub(e, MEMBER); its slot is sunpack('>i8', e)
 -- TEXT: a slot read past this is the first 8 digits of a decimal slot, as
 -- an earlier fleetgate wrote them.
 local TEXT = 9007199254740992 -- 2^53
-
-local function pexpire_until(key, until_us)
-  -- A TTL in whole milliseconds, never 0: the key outlives its last use.
-  local ms = floor((until_us - now) / 1000) + 1
-  if ms < 1 then ms = 1 end
-  redis.call('PEXPIRE', key, fmt('%d', ms))
-end
 
 -- parse_meta reads a meta value (false when there is none): the pause end,
 -- the live count and the latest slot a cancel removed. Fields an earlier
@@ -126,16 +119,10 @@ local function write_meta(pause_end, live, cancelled, keep)
   return v
 end
 
-local function at(i) return slot_of(redis.call('LINDEX', log, fmt('%d', i))) end
-
 -- push appends entries[1..count] (count: all of them when nil) to the log,
 -- in chunks: unpack has a stack limit.
 local function push(entries, count)
   count = count or #entries
-  if count == 1 then
-    redis.call('RPUSH', log, entries[1])
-    return
-  end
   for i = 1, count, 1000 do
     redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
   end
@@ -150,10 +137,10 @@ local function upgrade(err)
   if err then
     if redis.call('TYPE', log).ok ~= 'zset' then error(err) end
     local z = redis.call('ZRANGE', log, '0', '-1', 'WITHSCORES')
-    for i = 1, #z, 2 do es[#es + 1] = entry(tonumber(z[i + 1]), z[i]) end
+    for i = 1, #z, 2 do es[#es + 1] = spack('>i8c0', tonumber(z[i + 1]), z[i]) end
   else
     for i, e in ipairs(redis.call('LRANGE', log, '0', '-1')) do
-      es[i] = entry(tonumber(sub(e, 1, 16)), sub(e, 17))
+      es[i] = spack('>i8c0', tonumber(sub(e, 1, 16)), sub(e, 17))
     end
   end
   local ttl = redis.call('PTTL', log)
@@ -162,89 +149,28 @@ local function upgrade(err)
   if ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
 end
 
--- HEAD is how many entries read_log fetches from the head of the log: a
+-- HEAD is how many entries a reserve fetches from the head of a log: a
 -- short log is read whole in one call, and a long one costs a string per
 -- entry fetched (a hot target's reserve: 8 cost 4% more server
 -- instructions than 4, 16 cost 12% more).
 local HEAD, HEAD_LAST = 4, '3'
 local NONE = {}
 
--- read_log finds the entries at or before cutoff (the head of the log) and
--- returns how many are left, the last one's slot (nil when none), the
--- first entries fetched with the offset of the first one left among them
--- (live entry i, 0 the first, is head[off + i + 1] while that is in head),
--- and the list index of the first live entry. The dead entries are cut off
--- in batches of HEAD/2 or more (or always, with force): a cut moves the
--- rest of a list node, so cutting one entry per call costs more than
--- skipping a few.
-local function read_log(cutoff, force)
-  local head = redis.pcall('LRANGE', log, '0', HEAD_LAST)
-  if head.err then
-    upgrade(head)
-    head = redis.call('LRANGE', log, '0', HEAD_LAST)
-  end
-  local n = #head
-  if n == 0 then return 0, nil, head, 0, 0 end
-  local first = slot_of(head[1])
-  if first > TEXT then
-    upgrade()
-    head = redis.call('LRANGE', log, '0', HEAD_LAST)
-    first = slot_of(head[1])
-  end
-  local len, last
-  if n < HEAD then
-    len, last = n, slot_of(head[n])
-  else
-    len, last = redis.call('LLEN', log), slot_of(redis.call('LINDEX', log, '-1'))
-  end
-  if last <= cutoff then
-    redis.call('DEL', log)
-    return 0, nil, NONE, 0, 0
-  end
-  if first > cutoff then return len, last, head, 0, 0 end
-  -- Entry lo is dropped, hi kept.
-  local lo, hi = 0, len - 1
-  if n == len or slot_of(head[n]) > cutoff then
-    hi = n - 1
-    while hi - lo > 1 do
-      local mid = floor((lo + hi) / 2)
-      if slot_of(head[mid + 1]) > cutoff then hi = mid else lo = mid end
-    end
-  else
-    -- Every fetched entry is dropped: gallop past them, then bisect.
-    lo = n - 1
-    local step = n
-    while lo + step < hi do
-      if at(lo + step) > cutoff then
-        hi = lo + step
-        break
-      end
-      lo = lo + step
-      step = step * 2
-    end
-    while hi - lo > 1 do
-      local mid = floor((lo + hi) / 2)
-      if at(mid) > cutoff then hi = mid else lo = mid end
-    end
-  end
-  if hi < HEAD / 2 and not force then return len - hi, last, head, hi, hi end
-  redis.call('LTRIM', log, fmt('%d', hi), '-1')
-  return len - hi, last, head, hi, 0
-end
-
 if op == 'reserve' then
   local proc = ARGV[3]
-  local reply = {now}
+  local nargv = #ARGV
+  -- The reply, sized for one block of one request.
+  local reply, nr = {now, 0, 0, 0, 0, 0}, 1
   -- Every target's meta in one read.
-  local metas
+  local metas, meta1
   if #KEYS == 3 then
-    metas = {redis.call('GET', metakey)}
+    meta1 = redis.call('GET', metakey)
   else
     local mkeys = {}
     for b = 2, #KEYS, 3 do mkeys[#mkeys + 1] = KEYS[b] end
     metas = redis.call('MGET', unpack(mkeys))
   end
-  local written = {} -- meta values this run wrote, by key: a target may come twice
+  local written -- meta values this run wrote, by key: a target may come twice
   -- A block's new entries, new[1..nn], written at its end; until then the
   -- (limit-n+1)-th most recent entry may be one of them (slots[1..nn]).
   -- Every block reuses both tables.
@@ -255,23 +181,91 @@ if op == 'reserve' then
     local nums = ARGV[a]
     if not nums or #nums < 48 then return redis.error_reply('fleetgate: bad reserve arguments') end
     local limit, window, gap, liveness, seen, k = sunpack('>i8i8i8i8i8i8', nums)
-    if limit < 1 or window < 1 or liveness == 0 or k < 0 or #nums ~= 48 + 16 * k or #ARGV < a + k then
+    if limit < 1 or window < 1 or liveness == 0 or k < 0 or #nums ~= 48 + 16 * k or nargv < a + k then
       return redis.error_reply('fleetgate: bad reserve arguments')
     end
     a = a + 1
 
-    local pause, live, cancelled = parse_meta(written[metakey] or metas[(b + 2) / 3])
+    local m = written and written[metakey]
+    if not m then
+      if metas then m = metas[(b + 2) / 3] else m = meta1 end
+    end
+    local pause, live, cancelled = parse_meta(m)
     if pause <= now then pause = 0 end
-    local len, last, head, off, first = read_log(now - window)
+
+    -- Read the log: its live length len, its last slot (nil when empty),
+    -- the first entries fetched (live entry i, 0 the first, is
+    -- head[off + i + 1] while that is in head) and the list index of the
+    -- first live entry. The dead entries (at or before cutoff) are cut off
+    -- in batches of HEAD/2 or more: a cut moves the rest of a list node,
+    -- so cutting one entry per call costs more than skipping a few.
+    local cutoff = now - window
+    local head = redis.pcall('LRANGE', log, '0', HEAD_LAST)
+    if head.err then
+      upgrade(head)
+      head = redis.call('LRANGE', log, '0', HEAD_LAST)
+    end
+    local n = #head
+    local len, last, off, first = 0, nil, 0, 0
+    if n > 0 then
+      local s1 = sunpack('>i8', head[1])
+      if s1 > TEXT then
+        upgrade()
+        head = redis.call('LRANGE', log, '0', HEAD_LAST)
+        s1 = sunpack('>i8', head[1])
+      end
+      if n < HEAD then
+        len, last = n, sunpack('>i8', head[n])
+      else
+        len, last = redis.call('LLEN', log), sunpack('>i8', redis.call('LINDEX', log, '-1'))
+      end
+      if last <= cutoff then
+        redis.call('DEL', log)
+        len, last, head = 0, nil, NONE
+      elseif s1 <= cutoff then
+        -- Entry lo is dropped, hi kept.
+        local lo, hi = 0, len - 1
+        if n == len or sunpack('>i8', head[n]) > cutoff then
+          hi = n - 1
+          while hi - lo > 1 do
+            local mid = floor((lo + hi) / 2)
+            if sunpack('>i8', head[mid + 1]) > cutoff then hi = mid else lo = mid end
+          end
+        else
+          -- Every fetched entry is dropped: gallop past them, then bisect.
+          lo = n - 1
+          local step = n
+          while lo + step < hi do
+            if sunpack('>i8', redis.call('LINDEX', log, fmt('%d', lo + step))) > cutoff then
+              hi = lo + step
+              break
+            end
+            lo = lo + step
+            step = step * 2
+          end
+          while hi - lo > 1 do
+            local mid = floor((lo + hi) / 2)
+            if sunpack('>i8', redis.call('LINDEX', log, fmt('%d', mid))) > cutoff then hi = mid else lo = mid end
+          end
+        end
+        len, off = len - hi, hi
+        if hi < HEAD / 2 then
+          first = hi
+        else
+          redis.call('LTRIM', log, fmt('%d', hi), '-1')
+        end
+      end
+    end
+
     local lost = false
     -- The entry this process saw last is gone, and no cancel took it.
-    if len == 0 and seen > now - window and seen > cancelled and seen + window > pause then
+    if len == 0 and seen > cutoff and seen > cancelled and seen + window > pause then
       lost = true
       pause = seen + window -- the log was lost: count it as full
     end
     -- The block's fixed values, filled in once its requests are decided.
-    local base = #reply
-    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = 0, 0, 0, 0
+    local base = nr
+    nr = nr + 4
     local nn = 0
     local cached, cachedSlot = nil, nil -- the last entry read by LINDEX
     for i = 1, k do
@@ -295,11 +289,13 @@ if op == 'reserve' then
             local back = r - nn -- from the log's end, 1 = its last
             local idx = len - back  -- from its head, 0 = its first
             if off + idx < #head then
-              e = slot_of(head[off + idx + 1])
+              e = sunpack('>i8', head[off + idx + 1])
             else
               if idx ~= cached then
                 -- LINDEX walks from the nearer end.
-                if first + idx < back then cachedSlot = at(first + idx) else cachedSlot = at(-back) end
+                local at = -back
+                if first + idx < back then at = first + idx end
+                cachedSlot = sunpack('>i8', redis.call('LINDEX', log, fmt('%d', at)))
                 cached = idx
               end
               e = cachedSlot
@@ -311,9 +307,9 @@ if op == 'reserve' then
           granted = true
           if n == 1 then
             nn = nn + 1
-            new[nn], slots[nn] = spack('>i8', slot) .. member, slot
+            new[nn], slots[nn] = spack('>i8c0', slot, member), slot
           else
-            local prefix = spack('>i8', slot) .. member .. '.'
+            local prefix = spack('>i8c0', slot, member) .. '.'
             for j = 1, n do
               nn = nn + 1
               new[nn], slots[nn] = prefix .. j, slot
@@ -324,15 +320,17 @@ if op == 'reserve' then
       else
         slot = now + window -- an impossible request: never granted
       end
+      nr = nr + 1
       if granted then
-        reply[#reply + 1] = slot - now
+        reply[nr] = slot - now
       else
-        reply[#reply + 1] = -1 - (slot - now)
+        reply[nr] = -1 - (slot - now)
       end
     end
     if nn > 0 then
-      push(new, nn)
-      pexpire_until(log, last + window)
+      if nn == 1 then redis.call('RPUSH', log, new[1]) else push(new, nn) end
+      -- A TTL in whole milliseconds, never 0: the log outlives its last slot by a window.
+      redis.call('PEXPIRE', log, fmt('%d', floor((last + window - now) / 1000) + 1))
     end
 
     -- The heartbeat: a process marks itself live every quarter of the
@@ -344,8 +342,9 @@ if op == 'reserve' then
       -- liveness and count the rest.
       redis.call('ZADD', procs, fmt('%d', now), proc)
       redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
-      pexpire_until(procs, now + liveness)
+      redis.call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
       live = redis.call('ZCARD', procs)
+      written = written or {}
       written[metakey] = write_meta(pause, live, cancelled, liveness)
     end
 
@@ -357,8 +356,8 @@ if op == 'reserve' then
     if pause > 0 then paused = pause - now end
     reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = remaining, reset, live, paused
   end
+  if nr < 6 then reply[6] = nil end -- sized for one request, and there was none
   return reply
-
 elseif op == 'cancel' then
   local keep = tonumber(ARGV[3])
   if not keep or keep < 0 then return redis.error_reply('fleetgate: bad cancel arguments') end
@@ -381,7 +380,7 @@ elseif op == 'cancel' then
   while left > 0 and to > 0 do
     from = math.max(0, to - chunk)
     local es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
-    if #chunks == 0 and slot_of(es[#es]) > TEXT then
+    if #chunks == 0 and sunpack('>i8', es[#es]) > TEXT then
       -- The log's last slot is decimal text, so the whole log is.
       upgrade()
       es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
@@ -394,7 +393,7 @@ elseif op == 'cancel' then
         left = left - 1
         gone[es[i]] = true
         removed = removed + 1
-        local slot = slot_of(es[i])
+        local slot = sunpack('>i8', es[i])
         if slot > latest then latest = slot end
       end
     end
@@ -421,11 +420,11 @@ elseif op == 'cancel' then
   end
   local last = 0
   local e = redis.call('LINDEX', log, '-1')
-  if e and slot_of(e) > TEXT then -- decimal text, and no member searched
+  if e and sunpack('>i8', e) > TEXT then -- decimal text, and no member searched
     upgrade()
     e = redis.call('LINDEX', log, '-1')
   end
-  if e then last = slot_of(e) end
+  if e then last = sunpack('>i8', e) end
   if latest > last then
     -- Other processes may have seen a removed entry as the log's last: a
     -- cancel took it, the log was not lost.
@@ -450,11 +449,24 @@ elseif op == 'pause' then
 elseif op == 'restore' then
   local window = tonumber(ARGV[3])
   if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
-  local len, last = read_log(now - window, true)
-  local old = {}
-  if len > 0 then old = redis.call('LRANGE', log, '0', '-1') end
+  -- The log's live entries (the dead are left for a reserve to cut).
+  local all = redis.pcall('LRANGE', log, '0', '-1')
+  if all.err then
+    upgrade(all)
+    all = redis.call('LRANGE', log, '0', '-1')
+  elseif #all > 0 and sunpack('>i8', all[1]) > TEXT then
+    upgrade()
+    all = redis.call('LRANGE', log, '0', '-1')
+  end
+  local old, last = {}, nil
   local have = {} -- member -> its slot in the log
-  for _, e in ipairs(old) do have[sub(e, MEMBER)] = slot_of(e) end
+  for _, e in ipairs(all) do
+    local slot = sunpack('>i8', e)
+    if slot > now - window then
+      old[#old + 1], last = e, slot
+      have[sub(e, MEMBER)] = slot
+    end
+  end
   local want, moved = {}, {} -- member -> its new slot; members whose entry moves later
   for i = 4, #ARGV - 1, 2 do
     local age = tonumber(ARGV[i + 1])
@@ -471,7 +483,7 @@ elseif op == 'restore' then
   local merged = {}
   if next(moved) == nil and (last == nil or add[1][1] >= last) then
     -- All after the log's end: append.
-    for _, x in ipairs(add) do merged[#merged + 1] = entry(x[1], x[2]) end
+    for _, x in ipairs(add) do merged[#merged + 1] = spack('>i8c0', x[1], x[2]) end
     push(merged)
   else
     -- Merge in slot order and write the log anew.
@@ -479,11 +491,11 @@ elseif op == 'restore' then
     while i <= #old or j <= #add do
       if i <= #old and moved[sub(old[i], MEMBER)] then
         i = i + 1 -- its entry moves later
-      elseif j > #add or (i <= #old and slot_of(old[i]) <= add[j][1]) then
+      elseif j > #add or (i <= #old and sunpack('>i8', old[i]) <= add[j][1]) then
         merged[#merged + 1] = old[i]
         i = i + 1
       else
-        merged[#merged + 1] = entry(add[j][1], add[j][2])
+        merged[#merged + 1] = spack('>i8c0', add[j][1], add[j][2])
         j = j + 1
       end
     end
@@ -492,7 +504,7 @@ elseif op == 'restore' then
   end
   local tail = add[#add][1]
   if last and last > tail then tail = last end
-  pexpire_until(log, tail + window)
+  redis.call('PEXPIRE', log, fmt('%d', floor((tail + window - now) / 1000) + 1))
   return {now, #add}
 end
 

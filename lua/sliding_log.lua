@@ -27,10 +27,12 @@
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
 -- one or more (on a single node, where keys of many slots may meet).
 --
--- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore"
--- ARGV[2] now: "" to read the server clock (production); tests may pass us.
+-- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore". The script reads
+--         the server clock; tests may fix it, in us, after an '@' (say
+--         "reserve@1700000000000000"). It is not an argument of its own:
+--         each argument costs the server some 1,500 instructions.
 --
--- reserve: ARGV[3] process id, then for each target, in KEYS order, a block
+-- reserve: ARGV[2] process id, then for each target, in KEYS order, a block
 --          of 1 + k arguments: first the numbers, 6 + 2k of them in one
 --          string:
 --            limit, window us, gap us,
@@ -56,15 +58,15 @@
 --   Reply: {now, then per target: remaining, reset us (until the log is
 --           empty), live processes, pause us, then per request: the delay
 --           us to its slot when granted, or -1 - that delay when refused}.
--- cancel:  ARGV[3] how long (us) meta keeps the cancelled slot, then the
+-- cancel:  ARGV[2] how long (us) meta keeps the cancelled slot, then the
 --          members to remove. The latest slot removed goes to meta, so that
 --          a process that saw it last does not take the log for lost.
 --          Reply: {now, removed, the last entry's slot (perhaps one that no
 --          longer counts) or 0 when the log is now empty}.
--- pause:   ARGV[3] duration us (0 reads the pause), ARGV[4] liveness us
+-- pause:   ARGV[2] duration us (0 reads the pause), ARGV[3] liveness us
 --          (how long meta keeps the count). The pause only grows.
 --          Reply: {now, pause us remaining}.
--- restore: ARGV[3] window us, then pairs: member, age us (the entry's slot is
+-- restore: ARGV[2] window us, then pairs: member, age us (the entry's slot is
 --          now - age, negative ages are future slots). A member already in
 --          the log keeps one entry, at the later of its two slots.
 --          Reply: {now, entries written}.
@@ -82,13 +84,17 @@ local op = ARGV[1]
 -- number as a double, which costs more (13% more for a PEXPIRE).
 local fmt, sub, floor = string.format, string.sub, math.floor
 local spack, sunpack = struct.pack, struct.unpack
+local call, pcall = redis.call, redis.pcall
 
 local now
-if ARGV[2] == '' then
-  local t = redis.call('TIME')
+if string.byte(op, -1) > 57 then -- it ends in a letter, not a digit of a time
+  local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 else
-  now = tonumber(ARGV[2])
+  local at = string.find(op, '@', 1, true)
+  if at then now = tonumber(sub(op, at + 1)) end
+  if not now then return redis.error_reply('fleetgate: bad op ' .. op) end
+  op = sub(op, 1, at - 1)
 end
 
 -- A script cannot keep functions between runs: each run makes its helpers
@@ -115,7 +121,7 @@ end
 local function write_meta(pause_end, live, cancelled, keep)
   if pause_end - now > keep then keep = pause_end - now end
   local v = spack('>i8i8i8', pause_end, live, cancelled)
-  redis.call('SET', metakey, v, 'PX', fmt('%d', floor(keep / 1000) + 1))
+  call('SET', metakey, v, 'PX', fmt('%d', floor(keep / 1000) + 1))
   return v
 end
 
@@ -124,7 +130,7 @@ end
 local function push(entries, count)
   count = count or #entries
   for i = 1, count, 1000 do
-    redis.call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
+    call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
   end
 end
 
@@ -135,18 +141,18 @@ end
 local function upgrade(err)
   local es = {}
   if err then
-    if redis.call('TYPE', log).ok ~= 'zset' then error(err) end
-    local z = redis.call('ZRANGE', log, '0', '-1', 'WITHSCORES')
+    if call('TYPE', log).ok ~= 'zset' then error(err) end
+    local z = call('ZRANGE', log, '0', '-1', 'WITHSCORES')
     for i = 1, #z, 2 do es[#es + 1] = spack('>i8c0', tonumber(z[i + 1]), z[i]) end
   else
-    for i, e in ipairs(redis.call('LRANGE', log, '0', '-1')) do
+    for i, e in ipairs(call('LRANGE', log, '0', '-1')) do
       es[i] = spack('>i8c0', tonumber(sub(e, 1, 16)), sub(e, 17))
     end
   end
-  local ttl = redis.call('PTTL', log)
-  redis.call('DEL', log)
+  local ttl = call('PTTL', log)
+  call('DEL', log)
   push(es)
-  if ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
+  if ttl > 0 then call('PEXPIRE', log, fmt('%d', ttl)) end
 end
 
 -- HEAD is how many entries a reserve fetches from the head of a log: a
@@ -157,25 +163,25 @@ local HEAD, HEAD_LAST = 4, '3'
 local NONE = {}
 
 if op == 'reserve' then
-  local proc = ARGV[3]
+  local proc = ARGV[2]
   local nargv = #ARGV
   -- The reply, sized for one block of one request.
   local reply, nr = {now, 0, 0, 0, 0, 0}, 1
   -- Every target's meta in one read.
   local metas, meta1
   if #KEYS == 3 then
-    meta1 = redis.call('GET', metakey)
+    meta1 = call('GET', metakey)
   else
     local mkeys = {}
     for b = 2, #KEYS, 3 do mkeys[#mkeys + 1] = KEYS[b] end
-    metas = redis.call('MGET', unpack(mkeys))
+    metas = call('MGET', unpack(mkeys))
   end
   local written -- meta values this run wrote, by key: a target may come twice
   -- A block's new entries, new[1..nn], written at its end; until then the
-  -- (limit-n+1)-th most recent entry may be one of them (slots[1..nn]).
-  -- Every block reuses both tables.
-  local new, slots = {}, {}
-  local a = 4 -- the next block's first argument
+  -- (limit-n+1)-th most recent entry may be one of them. Every block
+  -- reuses the table.
+  local new = {}
+  local a = 3 -- the next block's first argument
   for b = 1, #KEYS, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
     local nums = ARGV[a]
@@ -200,10 +206,10 @@ if op == 'reserve' then
     -- in batches of HEAD/2 or more: a cut moves the rest of a list node,
     -- so cutting one entry per call costs more than skipping a few.
     local cutoff = now - window
-    local head = redis.pcall('LRANGE', log, '0', HEAD_LAST)
+    local head = pcall('LRANGE', log, '0', HEAD_LAST)
     if head.err then
       upgrade(head)
-      head = redis.call('LRANGE', log, '0', HEAD_LAST)
+      head = call('LRANGE', log, '0', HEAD_LAST)
     end
     local n = #head
     local len, last, off, first = 0, nil, 0, 0
@@ -211,16 +217,16 @@ if op == 'reserve' then
       local s1 = sunpack('>i8', head[1])
       if s1 > TEXT then
         upgrade()
-        head = redis.call('LRANGE', log, '0', HEAD_LAST)
+        head = call('LRANGE', log, '0', HEAD_LAST)
         s1 = sunpack('>i8', head[1])
       end
       if n < HEAD then
         len, last = n, sunpack('>i8', head[n])
       else
-        len, last = redis.call('LLEN', log), sunpack('>i8', redis.call('LINDEX', log, '-1'))
+        len, last = call('LLEN', log), sunpack('>i8', call('LINDEX', log, '-1'))
       end
       if last <= cutoff then
-        redis.call('DEL', log)
+        call('DEL', log)
         len, last, head = 0, nil, NONE
       elseif s1 <= cutoff then
         -- Entry lo is dropped, hi kept.
@@ -236,7 +242,7 @@ if op == 'reserve' then
           lo = n - 1
           local step = n
           while lo + step < hi do
-            if sunpack('>i8', redis.call('LINDEX', log, fmt('%d', lo + step))) > cutoff then
+            if sunpack('>i8', call('LINDEX', log, fmt('%d', lo + step))) > cutoff then
               hi = lo + step
               break
             end
@@ -245,14 +251,14 @@ if op == 'reserve' then
           end
           while hi - lo > 1 do
             local mid = floor((lo + hi) / 2)
-            if sunpack('>i8', redis.call('LINDEX', log, fmt('%d', mid))) > cutoff then hi = mid else lo = mid end
+            if sunpack('>i8', call('LINDEX', log, fmt('%d', mid))) > cutoff then hi = mid else lo = mid end
           end
         end
         len, off = len - hi, hi
         if hi < HEAD / 2 then
           first = hi
         else
-          redis.call('LTRIM', log, fmt('%d', hi), '-1')
+          call('LTRIM', log, fmt('%d', hi), '-1')
         end
       end
     end
@@ -284,7 +290,7 @@ if op == 'reserve' then
         if len + nn >= r then
           local e
           if r <= nn then
-            e = slots[nn - r + 1]
+            e = sunpack('>i8', new[nn - r + 1])
           else
             local back = r - nn -- from the log's end, 1 = its last
             local idx = len - back  -- from its head, 0 = its first
@@ -295,7 +301,7 @@ if op == 'reserve' then
                 -- LINDEX walks from the nearer end.
                 local at = -back
                 if first + idx < back then at = first + idx end
-                cachedSlot = sunpack('>i8', redis.call('LINDEX', log, fmt('%d', at)))
+                cachedSlot = sunpack('>i8', call('LINDEX', log, fmt('%d', at)))
                 cached = idx
               end
               e = cachedSlot
@@ -307,12 +313,12 @@ if op == 'reserve' then
           granted = true
           if n == 1 then
             nn = nn + 1
-            new[nn], slots[nn] = spack('>i8c0', slot, member), slot
+            new[nn] = spack('>i8c0', slot, member)
           else
             local prefix = spack('>i8c0', slot, member) .. '.'
             for j = 1, n do
               nn = nn + 1
-              new[nn], slots[nn] = prefix .. j, slot
+              new[nn] = prefix .. j
             end
           end
           last = slot
@@ -328,9 +334,9 @@ if op == 'reserve' then
       end
     end
     if nn > 0 then
-      if nn == 1 then redis.call('RPUSH', log, new[1]) else push(new, nn) end
+      if nn == 1 then call('RPUSH', log, new[1]) else push(new, nn) end
       -- A TTL in whole milliseconds, never 0: the log outlives its last slot by a window.
-      redis.call('PEXPIRE', log, fmt('%d', floor((last + window - now) / 1000) + 1))
+      call('PEXPIRE', log, fmt('%d', floor((last + window - now) / 1000) + 1))
     end
 
     -- The heartbeat: a process marks itself live every quarter of the
@@ -340,10 +346,10 @@ if op == 'reserve' then
       if liveness < 0 then liveness = -liveness end
       -- Mark this process live, drop the processes not seen for
       -- liveness and count the rest.
-      redis.call('ZADD', procs, fmt('%d', now), proc)
-      redis.call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
-      redis.call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
-      live = redis.call('ZCARD', procs)
+      call('ZADD', procs, fmt('%d', now), proc)
+      call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
+      call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
+      live = call('ZCARD', procs)
       written = written or {}
       written[metakey] = write_meta(pause, live, cancelled, liveness)
     end
@@ -359,31 +365,31 @@ if op == 'reserve' then
   if nr < 6 then reply[6] = nil end -- sized for one request, and there was none
   return reply
 elseif op == 'cancel' then
-  local keep = tonumber(ARGV[3])
+  local keep = tonumber(ARGV[2])
   if not keep or keep < 0 then return redis.error_reply('fleetgate: bad cancel arguments') end
   -- A cancelled reservation is most likely among the latest entries: search
   -- from the end, in growing chunks, until every member is found.
   local want, left = {}, 0
-  for i = 4, #ARGV do
+  for i = 3, #ARGV do
     if not want[ARGV[i]] then
       want[ARGV[i]] = true
       left = left + 1
     end
   end
-  local to = redis.pcall('LLEN', log) -- search [from, to)
+  local to = pcall('LLEN', log) -- search [from, to)
   if type(to) == 'table' then
     upgrade(to)
-    to = redis.call('LLEN', log)
+    to = call('LLEN', log)
   end
   local from, chunk = to, 8
   local chunks, gone, removed, latest = {}, {}, 0, 0
   while left > 0 and to > 0 do
     from = math.max(0, to - chunk)
-    local es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+    local es = call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
     if #chunks == 0 and sunpack('>i8', es[#es]) > TEXT then
       -- The log's last slot is decimal text, so the whole log is.
       upgrade()
-      es = redis.call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+      es = call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
     end
     chunks[#chunks + 1] = es
     for i = #es, 1, -1 do
@@ -409,35 +415,35 @@ elseif op == 'cancel' then
       end
     end
     if from == 0 then
-      local ttl = redis.call('PTTL', log)
-      redis.call('DEL', log)
+      local ttl = call('PTTL', log)
+      call('DEL', log)
       push(rest)
-      if #rest > 0 and ttl > 0 then redis.call('PEXPIRE', log, fmt('%d', ttl)) end
+      if #rest > 0 and ttl > 0 then call('PEXPIRE', log, fmt('%d', ttl)) end
     else
-      redis.call('LTRIM', log, '0', fmt('%d', from - 1))
+      call('LTRIM', log, '0', fmt('%d', from - 1))
       push(rest)
     end
   end
   local last = 0
-  local e = redis.call('LINDEX', log, '-1')
+  local e = call('LINDEX', log, '-1')
   if e and sunpack('>i8', e) > TEXT then -- decimal text, and no member searched
     upgrade()
-    e = redis.call('LINDEX', log, '-1')
+    e = call('LINDEX', log, '-1')
   end
   if e then last = sunpack('>i8', e) end
   if latest > last then
     -- Other processes may have seen a removed entry as the log's last: a
     -- cancel took it, the log was not lost.
-    local pause, live, cancelled = parse_meta(redis.call('GET', metakey))
+    local pause, live, cancelled = parse_meta(call('GET', metakey))
     if latest > cancelled then write_meta(pause, live, latest, keep) end
   end
   return {now, removed, last}
 
 elseif op == 'pause' then
-  local d = tonumber(ARGV[3])
-  local keep = tonumber(ARGV[4])
+  local d = tonumber(ARGV[2])
+  local keep = tonumber(ARGV[3])
   if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
-  local cur, live, cancelled = parse_meta(redis.call('GET', metakey))
+  local cur, live, cancelled = parse_meta(call('GET', metakey))
   if d > 0 and now + d > cur then
     cur = now + d
     write_meta(cur, live, cancelled, keep)
@@ -447,16 +453,16 @@ elseif op == 'pause' then
   return {now, left}
 
 elseif op == 'restore' then
-  local window = tonumber(ARGV[3])
+  local window = tonumber(ARGV[2])
   if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
   -- The log's live entries (the dead are left for a reserve to cut).
-  local all = redis.pcall('LRANGE', log, '0', '-1')
+  local all = pcall('LRANGE', log, '0', '-1')
   if all.err then
     upgrade(all)
-    all = redis.call('LRANGE', log, '0', '-1')
+    all = call('LRANGE', log, '0', '-1')
   elseif #all > 0 and sunpack('>i8', all[1]) > TEXT then
     upgrade()
-    all = redis.call('LRANGE', log, '0', '-1')
+    all = call('LRANGE', log, '0', '-1')
   end
   local old, last = {}, nil
   local have = {} -- member -> its slot in the log
@@ -468,7 +474,7 @@ elseif op == 'restore' then
     end
   end
   local want, moved = {}, {} -- member -> its new slot; members whose entry moves later
-  for i = 4, #ARGV - 1, 2 do
+  for i = 3, #ARGV - 1, 2 do
     local age = tonumber(ARGV[i + 1])
     local m = ARGV[i]
     if age and now - age > now - window and (want[m] or have[m] or now - age - 1) < now - age then
@@ -499,12 +505,12 @@ elseif op == 'restore' then
         j = j + 1
       end
     end
-    redis.call('DEL', log)
+    call('DEL', log)
     push(merged)
   end
   local tail = add[#add][1]
   if last and last > tail then tail = last end
-  redis.call('PEXPIRE', log, fmt('%d', floor((tail + window - now) / 1000) + 1))
+  call('PEXPIRE', log, fmt('%d', floor((tail + window - now) / 1000) + 1))
   return {now, #add}
 end
 

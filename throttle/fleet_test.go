@@ -56,11 +56,12 @@ func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // record keeps the slots a reserve run granted.
 func (c *scriptCounter) record(args []any, vals []int64) {
 	numKeys, ok := args[2].(int)
-	if !ok || len(args) < 6+numKeys || args[3+numKeys] != "reserve" || len(vals) < 1 {
+	op, _ := args[3+numKeys].(string)
+	if !ok || len(args) < 5+numKeys || !strings.HasPrefix(op, "reserve") || len(vals) < 1 {
 		return
 	}
 	now, vals := vals[0], vals[1:]
-	a := 6 + numKeys // the first block
+	a := 5 + numKeys // the first block
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byLog == nil {

@@ -321,7 +321,7 @@ func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
 	// So is a cancel of no member, which reports the log's last slot.
 	fourth := s.keys("fourth.example")
 	require.NoError(t, client.RPush(ctx, fourth[0], decimal(now+100_000, "p.1")).Err())
-	args := append(append(scriptArgs(3, 6), s.target("fourth.example").keyArgs...), "cancel", s.nowArg(), int64(1_000_000))
+	args := append(append(scriptArgs(3, 6), s.target("fourth.example").keyArgs...), s.op("cancel"), int64(1_000_000))
 	vals, err := s.eval(ctx, slidingLog, args, 3)
 	require.NoError(t, err)
 	require.Equal(t, []int64{now, 0, now + 100_000}, vals)
@@ -353,9 +353,9 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 		"liveness 0":     appendNums(nil, 5, 1_000_000, 0, 0, 0, 1, 1, -1),
 		"no member":      nil,
 	} {
-		args := append(append(scriptArgs(3, 7), keys...), "reserve", "", s.procArg, nums, "m.1")
+		args := append(append(scriptArgs(3, 7), keys...), "reserve", s.procArg, nums, "m.1")
 		if nums == nil {
-			args = append(append(scriptArgs(3, 6), keys...), "reserve", "", s.procArg, good)
+			args = append(append(scriptArgs(3, 6), keys...), "reserve", s.procArg, good)
 		}
 		_, err := s.eval(ctx, slidingLog, args, 1)
 		require.ErrorContains(t, err, "bad reserve arguments", name)

@@ -192,11 +192,13 @@ func escapeTag(t string) string {
 	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(t)
 }
 
-func (s *RedisStore) nowArg() string {
+// op returns the script's first argument for op: its name, and the time
+// after an '@' when a test fixes it.
+func (s *RedisStore) op(name string) string {
 	if s.now != nil {
-		return strconv.FormatInt(s.now(), 10)
+		return name + "@" + strconv.FormatInt(s.now(), 10)
 	}
-	return ""
+	return name
 }
 
 func (s *RedisStore) member(id uint64) string {
@@ -319,7 +321,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	}
 	calls = send
 
-	nkeys, nargs, nnums := 0, 3, 0
+	nkeys, nargs, nnums := 0, 2, 0
 	for _, c := range calls {
 		nkeys += len(c.rt.keyArgs)
 		nargs += 1 + len(c.reqs)
@@ -332,7 +334,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	for _, c := range calls {
 		args = append(args, c.rt.keyArgs...)
 	}
-	args = append(args, "reserve", s.nowArg(), s.procArg)
+	args = append(args, s.op("reserve"), s.procArg)
 	want := 1
 	for _, c := range calls {
 		liveness := livenessFor(s.liveness, c.lim.Window)
@@ -494,7 +496,7 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 	if a := rt.args.Load(); a != nil {
 		keep = livenessFor(s.liveness, a.lim.Window)
 	}
-	args := []any{"cancel", s.nowArg(), us(keep)}
+	args := []any{s.op("cancel"), us(keep)}
 	m := s.member(id)
 	if n <= 1 {
 		args = append(args, m)
@@ -513,7 +515,7 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 
 // Pause implements Store.
 func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
-	vals, err := s.run(ctx, target, 2, []any{"pause", s.nowArg(), us(max(d, 0)), us(s.liveness)})
+	vals, err := s.run(ctx, target, 2, []any{s.op("pause"), us(max(d, 0)), us(s.liveness)})
 	if err != nil {
 		return 0, err
 	}
@@ -522,7 +524,7 @@ func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) 
 
 // Restore implements Store.
 func (s *RedisStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
-	args := []any{"restore", s.nowArg(), us(window)}
+	args := []any{s.op("restore"), us(window)}
 	for _, e := range entries {
 		m := s.member(e.ID)
 		if e.N <= 1 {

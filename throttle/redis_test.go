@@ -365,6 +365,38 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 	require.Zero(t, n, "nothing was written")
 }
 
+// TestScriptTakesATimeOnlyAfterAnAt: a test fixes the script's clock after
+// an '@' in the op, and the script answers with that time; an op whose
+// time it cannot read, or that it does not know, is an error that names
+// the op and writes nothing.
+func TestScriptTakesATimeOnlyAfterAnAt(t *testing.T) {
+	s, client := startStore(t)
+	ctx := context.Background()
+	pause := func(target, op string) ([]int64, error) {
+		args := append(append(scriptArgs(3, 3), s.target(target).keyArgs...), op, int64(1_000_000), int64(10_000_000))
+		return s.eval(ctx, slidingLog, args, 2)
+	}
+	vals, err := pause("x.example", "pause@1700000000000000")
+	require.NoError(t, err)
+	require.Equal(t, []int64{1_700_000_000_000_000, 1_000_000}, vals)
+	pttl, err := client.PTTL(ctx, s.keys("x.example")[1]).Result()
+	require.NoError(t, err)
+	require.Positive(t, pttl, "a fixed time sets TTLs as the server clock would")
+
+	for op, msg := range map[string]string{
+		"pause@17000x00": "bad op pause@17000x00",
+		"pause17":        "bad op pause17",
+		"pause@soon":     "unknown op pause@soon",
+		"nap":            "unknown op nap",
+	} {
+		_, err = pause("y.example", op)
+		require.ErrorContains(t, err, msg)
+	}
+	n, err := client.Exists(ctx, s.keys("y.example")...).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "nothing was written")
+}
+
 // TestForgetKeepsATargetWatchingForALostLog: a store forgets what it keeps
 // for targets it has not used for a minute (and only those), except a
 // target whose log it saw within a window: when Redis loses that log, the

@@ -388,6 +388,7 @@ func TestScriptTakesATimeOnlyAfterAnAt(t *testing.T) {
 		"pause17":        "bad op pause17",
 		"pause@soon":     "unknown op pause@soon",
 		"nap":            "unknown op nap",
+		"":               "bad op",
 	} {
 		_, err = pause("y.example", op)
 		require.ErrorContains(t, err, msg)

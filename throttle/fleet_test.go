@@ -39,7 +39,7 @@ func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		c.n.Add(1)
 		err := next(ctx, cmd)
-		// EVALSHA sha numkeys keys... op now proc, then a block per
+		// EVALSHA sha numkeys keys... op proc, then a block per
 		// target: its numbers in one binary argument (limit window gap
 		// heartbeat seen k (n maxwait)*k), then its k members.
 		// A reserve reply is {now, then per target: remaining, reset,
@@ -56,8 +56,10 @@ func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // record keeps the slots a reserve run granted.
 func (c *scriptCounter) record(args []any, vals []int64) {
 	numKeys, ok := args[2].(int)
-	op, _ := args[3+numKeys].(string)
-	if !ok || len(args) < 5+numKeys || !strings.HasPrefix(op, "reserve") || len(vals) < 1 {
+	if !ok || len(args) < 5+numKeys || len(vals) < 1 {
+		return
+	}
+	if op, _ := args[3+numKeys].(string); !strings.HasPrefix(op, "reserve") {
 		return
 	}
 	now, vals := vals[0], vals[1:]

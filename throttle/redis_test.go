@@ -455,6 +455,30 @@ func TestRestoreMovesAMemberLater(t *testing.T) {
 	require.Equal(t, []string{logEntry(now, s.member(5)), logEntry(now+3_000_000, s.member(shared))}, es)
 }
 
+// TestRestoreCutsTheDeadFirst: a restored member whose entry in the log no
+// longer counts gets one entry, not a second one beside the dead: the dead
+// entries that lead the log go first, and a log of only dead entries goes
+// whole.
+func TestRestoreCutsTheDeadFirst(t *testing.T) {
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
+	ctx := context.Background()
+	shared := SharedEntry | 1
+	for target, dead := range map[string][]string{
+		"x.example": {logEntry(now-3_000_000, s.member(7)), logEntry(now-2_000_000, s.member(shared))},
+		"y.example": {logEntry(now-2_000_000, s.member(shared)), logEntry(now-500_000, s.member(8))},
+	} {
+		require.NoError(t, client.RPush(ctx, s.keys(target)[0], dead).Err())
+		require.NoError(t, s.Restore(ctx, target, time.Second, []Entry{{ID: shared, N: 1, Age: 0}}))
+	}
+	es, err := client.LRange(ctx, s.keys("x.example")[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{logEntry(now, s.member(shared))}, es)
+	es, err = client.LRange(ctx, s.keys("y.example")[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{logEntry(now-500_000, s.member(8)), logEntry(now, s.member(shared))}, es)
+}
+
 // startStore returns a RedisStore on a server of its own, and a client of
 // that server.
 func startStore(t *testing.T) (*RedisStore, *redis.Client) {

@@ -99,7 +99,7 @@ end
 
 -- A script cannot keep functions between runs: each run makes its helpers
 -- anew, and a call through one costs more than the same code in line. So
--- the reserve path is written out in line (8-13% fewer server
+-- the reserve path is written out in line (7-13% fewer server
 -- instructions per decision than through nine helpers), and only four
 -- helpers are made: those that several ops need.
 local MEMBER = 9 -- where an entry's member starts: sub(e, MEMBER); its slot is sunpack('>i8', e)

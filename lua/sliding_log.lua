@@ -457,7 +457,9 @@ elseif op == 'restore' then
   local window = tonumber(ARGV[2])
   if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
   -- The log's live entries; the dead ones before them are cut first, so
-  -- that a member whose entry is dead gets one entry, not two.
+  -- that a member whose entry is dead gets one entry, not two. An old log
+  -- is upgraded as reserve's read does it (written twice: a shared helper
+  -- cost every reserve 1.5-2.5% more server instructions).
   local all = pcall('LRANGE', log, '0', '-1')
   if all.err then
     upgrade(all)

@@ -33,7 +33,7 @@
 --         each argument costs the server some 1,500 instructions.
 --
 -- reserve: ARGV[2] process id, then for each target, in KEYS order, a block
---          of 1 + k arguments: first the numbers, 6 + 2k of them in one
+--          of 1 + k arguments: first the numbers, 7 + 2k of them in one
 --          string:
 --            limit, window us, gap us,
 --            heartbeat: the liveness us; positive: mark this process live,
@@ -42,6 +42,8 @@
 --              meta, unless the log was lost (then mark at once),
 --            the latest slot (us) this process has seen in the log, 0 if
 --              none,
+--            full: 1 when this process's latest decision found the window
+--              full (the log is then read from its tail first), else 0,
 --            count k, then k pairs: units n, max wait us (-1: none);
 --          then the k requests' members.
 --   Entries at or before now - window no longer count (they are cut off
@@ -161,6 +163,9 @@ end
 -- entry fetched (a hot target's reserve: 8 cost 4% more server
 -- instructions than 4, 16 cost 12% more).
 local HEAD, HEAD_LAST = 4, '3'
+-- FULL_SLACK: how many entries past the limit a log may hold for a reserve
+-- to read it from its tail (dead ones build up there uncut).
+local FULL_SLACK = 32
 local NONE = {}
 
 if op == 'reserve' then
@@ -186,9 +191,9 @@ if op == 'reserve' then
   for b = 1, #KEYS, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
     local nums = ARGV[a]
-    if not nums or #nums < 48 then return redis.error_reply('fleetgate: bad reserve arguments') end
-    local limit, window, gap, liveness, seen, k = sunpack('>i8i8i8i8i8i8', nums)
-    if limit < 1 or window < 1 or liveness == 0 or k < 0 or #nums ~= 48 + 16 * k or nargv < a + k then
+    if not nums or #nums < 56 then return redis.error_reply('fleetgate: bad reserve arguments') end
+    local limit, window, gap, liveness, seen, full, k = sunpack('>i8i8i8i8i8i8i8', nums)
+    if limit < 1 or window < 1 or liveness == 0 or k < 0 or #nums ~= 56 + 16 * k or nargv < a + k then
       return redis.error_reply('fleetgate: bad reserve arguments')
     end
     a = a + 1
@@ -207,59 +212,92 @@ if op == 'reserve' then
     -- in batches of HEAD/2 or more: a cut moves the rest of a list node,
     -- so cutting one entry per call costs more than skipping a few.
     local cutoff = now - window
-    local head = pcall('LRANGE', log, '0', HEAD_LAST)
-    if head.err then
-      upgrade(head)
-      head = call('LRANGE', log, '0', HEAD_LAST)
-    end
-    local n = #head
     local len, last, off, first = 0, nil, 0, 0
-    if n > 0 then
-      local s1 = sunpack('>i8', head[1])
-      if s1 > TEXT then
-        upgrade()
-        head = call('LRANGE', log, '0', HEAD_LAST)
-        s1 = sunpack('>i8', head[1])
-      end
-      if n < HEAD then
-        len, last = n, sunpack('>i8', head[n])
-      else
-        len, last = call('LLEN', log), sunpack('>i8', call('LINDEX', log, '-1'))
-      end
-      if last <= cutoff then
-        call('DEL', log)
-        len, last, head = 0, nil, NONE
-      elseif s1 <= cutoff then
-        -- Entry lo is dropped, hi kept.
-        local lo, hi = 0, len - 1
-        if n == len or sunpack('>i8', head[n]) > cutoff then
-          hi = n - 1
-          while hi - lo > 1 do
-            local mid = floor((lo + hi) / 2)
-            if sunpack('>i8', head[mid + 1]) > cutoff then hi = mid else lo = mid end
-          end
-        else
-          -- Every fetched entry is dropped: gallop past them, then bisect.
-          lo = n - 1
-          local step = n
-          while lo + step < hi do
-            if sunpack('>i8', call('LINDEX', log, fmt('%d', lo + step))) > cutoff then
-              hi = lo + step
-              break
-            end
-            lo = lo + step
-            step = step * 2
-          end
-          while hi - lo > 1 do
-            local mid = floor((lo + hi) / 2)
-            if sunpack('>i8', call('LINDEX', log, fmt('%d', mid))) > cutoff then hi = mid else lo = mid end
-          end
+    local cached, cachedSlot -- the last entry read by LINDEX: its live index, its slot
+    local head, total -- total: the list's length, when read first
+    if full ~= 0 then
+      -- A full window (refusals, waiters) is decided from the log's tail:
+      -- its length, its limit-th entry from the end and its last entry.
+      -- When that entry is live, the window holds at least limit live
+      -- entries: every request's bound is at or after it, and remaining
+      -- is 0 whatever the dead entries before it, which are left for a
+      -- later cut (once FULL_SLACK of them may have built up, the head
+      -- read below takes over). Three reads of one value, where the head
+      -- read fetches four entries and then the same length and last: 7k
+      -- fewer server instructions per refusal (BENCHMARKS.md). The caller
+      -- asks for it when its latest decision found the window full: tried
+      -- on every small limit, it cost a log of one to three entries, read
+      -- whole after its length, 4k more.
+      total = pcall('LLEN', log)
+      if type(total) ~= 'number' then
+        total = nil -- not a list: the head read upgrades it
+      elseif total == 0 then
+        head = NONE -- no log: nothing to read
+      elseif total >= limit and total < limit + FULL_SLACK then
+        local e = sunpack('>i8', call('LINDEX', log, fmt('%d', total - limit)))
+        if e > cutoff and e <= TEXT then
+          len, head = total, NONE
+          if limit == 1 then last = e else last = sunpack('>i8', call('LINDEX', log, '-1')) end
+          cached, cachedSlot = total - limit, e
         end
-        len, off = len - hi, hi
-        if hi < HEAD / 2 then
-          first = hi
+      end
+    end
+    if not head then
+      head = pcall('LRANGE', log, '0', HEAD_LAST)
+      if head.err then
+        upgrade(head)
+        total = nil
+        head = call('LRANGE', log, '0', HEAD_LAST)
+      end
+      local n = #head
+      if n > 0 then
+        local s1 = sunpack('>i8', head[1])
+        if s1 > TEXT then
+          upgrade()
+          total = nil
+          head = call('LRANGE', log, '0', HEAD_LAST)
+          s1 = sunpack('>i8', head[1])
+        end
+        if n < HEAD then
+          len, last = n, sunpack('>i8', head[n])
         else
-          call('LTRIM', log, fmt('%d', hi), '-1')
+          len, last = total or call('LLEN', log), sunpack('>i8', call('LINDEX', log, '-1'))
+        end
+        if last <= cutoff then
+          call('DEL', log)
+          len, last, head = 0, nil, NONE
+        elseif s1 <= cutoff then
+          -- Entry lo is dropped, hi kept.
+          local lo, hi = 0, len - 1
+          if n == len or sunpack('>i8', head[n]) > cutoff then
+            hi = n - 1
+            while hi - lo > 1 do
+              local mid = floor((lo + hi) / 2)
+              if sunpack('>i8', head[mid + 1]) > cutoff then hi = mid else lo = mid end
+            end
+          else
+            -- Every fetched entry is dropped: gallop past them, then bisect.
+            lo = n - 1
+            local step = n
+            while lo + step < hi do
+              if sunpack('>i8', call('LINDEX', log, fmt('%d', lo + step))) > cutoff then
+                hi = lo + step
+                break
+              end
+              lo = lo + step
+              step = step * 2
+            end
+            while hi - lo > 1 do
+              local mid = floor((lo + hi) / 2)
+              if sunpack('>i8', call('LINDEX', log, fmt('%d', mid))) > cutoff then hi = mid else lo = mid end
+            end
+          end
+          len, off = len - hi, hi
+          if hi < HEAD / 2 then
+            first = hi
+          else
+            call('LTRIM', log, fmt('%d', hi), '-1')
+          end
         end
       end
     end
@@ -274,10 +312,9 @@ if op == 'reserve' then
     local base = nr
     nr = nr + 4
     local nn = 0
-    local cached, cachedSlot = nil, nil -- the last entry read by LINDEX
     for i = 1, k do
       local member = ARGV[a]
-      local n, maxwait = sunpack('>i8i8', nums, 33 + 16 * i)
+      local n, maxwait = sunpack('>i8i8', nums, 41 + 16 * i)
       a = a + 1
       local slot = now
       if pause > slot then slot = pause end

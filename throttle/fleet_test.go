@@ -74,7 +74,7 @@ func (c *scriptCounter) record(args []any, vals []int64) {
 	}
 	for b := 0; a < len(args) && len(vals) >= 4; b++ {
 		nums := args[a].([]byte)
-		k := int(binary.BigEndian.Uint64(nums[40:48])) // the block's sixth number
+		k := int(binary.BigEndian.Uint64(nums[48:56])) // the block's seventh number
 		log, _ := args[3+3*b].(string)
 		for _, d := range vals[4 : 4+k] {
 			if d >= 0 {

@@ -343,14 +343,14 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 	s, client := startStore(t)
 	ctx := context.Background()
 	keys := s.target("x.example").keyArgs
-	good := appendNums(nil, 5, 1_000_000, 0, -10_000_000, 0, 1, 1, -1)
+	good := appendNums(nil, 5, 1_000_000, 0, -10_000_000, 0, 0, 1, 1, -1)
 	for name, nums := range map[string][]byte{
-		"short":          good[:40],
-		"count too high": appendNums(good[:40:40], 2, 1, -1),
-		"count too low":  appendNums(append(good[:40:40], good[40:]...), 1, -1),
-		"negative count": appendNums(good[:40:40], -1),
-		"limit 0":        appendNums(nil, 0, 1_000_000, 0, -10_000_000, 0, 1, 1, -1),
-		"liveness 0":     appendNums(nil, 5, 1_000_000, 0, 0, 0, 1, 1, -1),
+		"short":          good[:48],
+		"count too high": appendNums(good[:48:48], 2, 1, -1),
+		"count too low":  appendNums(append(good[:48:48], good[48:]...), 1, -1),
+		"negative count": appendNums(good[:48:48], -1),
+		"limit 0":        appendNums(nil, 0, 1_000_000, 0, -10_000_000, 0, 0, 1, 1, -1),
+		"liveness 0":     appendNums(nil, 5, 1_000_000, 0, 0, 0, 0, 1, 1, -1),
 		"no member":      nil,
 	} {
 		args := append(append(scriptArgs(3, 7), keys...), "reserve", s.procArg, nums, "m.1")
@@ -565,4 +565,44 @@ func TestCancelOfManyUnits(t *testing.T) {
 // big-endian), then the member.
 func logEntry(slot int64, member string) string {
 	return string(binary.BigEndian.AppendUint64(nil, uint64(slot))) + member
+}
+
+// TestAFullWindowIsReadFromTheTail: after a decision that found the window
+// full, the script decides from the log's length and its limit-th entry
+// from the end, without reading the log's head; once that entry is dead,
+// the window is no longer full, whatever the log's length, and the dead
+// entries no longer count.
+func TestAFullWindowIsReadFromTheTail(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	clock := newFakeClock()
+	s.now = clock.us.Load
+	lim := Limit{Limit: 4, Window: time.Second}
+	reserve := func(wantOK bool, wantDelay time.Duration, wantRemaining int) {
+		t.Helper()
+		grants := make([]Grant, 1)
+		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, grants)
+		require.NoError(t, err)
+		require.Equal(t, Grant{OK: wantOK, Delay: wantDelay}, grants[0])
+		require.Equal(t, wantRemaining, st.Remaining)
+	}
+	// Slots at 0, 100, 600 and 700 ms.
+	for i, step := range []time.Duration{0, 100, 500, 100} {
+		clock.Advance(step * time.Millisecond)
+		reserve(true, 0, 3-i)
+	}
+	clock.Advance(100 * time.Millisecond) // 800 ms: full until the slot at 0 leaves
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+	reserve(false, 200*time.Millisecond, 0)
+	stats, err := client.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.NotContains(t, stats, "cmdstat_lrange:", "the latest decision found the window full: no head read")
+	require.Contains(t, stats, "cmdstat_llen:calls=1,")
+	require.Contains(t, stats, "cmdstat_lindex:calls=2,", "the limit-th entry from the end, and the last")
+	clock.Advance(350 * time.Millisecond) // 1150 ms: the slots at 0 and 100 are dead
+	reserve(true, 0, 1)
+	reserve(true, 0, 0)
+	reserve(false, 450*time.Millisecond, 0) // until the slot at 600 leaves
 }

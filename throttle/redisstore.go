@@ -71,6 +71,7 @@ type redisTarget struct {
 	marked  atomic.Int64 // when this process last marked itself live here (unix ns)
 	used    atomic.Int64 // when this process last called Reserve here (unix ns)
 	seen    atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
+	full    atomic.Bool  // the latest decision found the window full: the script reads the log's tail first
 	args    atomic.Pointer[limitArgs]
 }
 
@@ -330,7 +331,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	for _, c := range calls {
 		nkeys += len(c.rt.keyArgs)
 		nargs += 1 + len(c.reqs)
-		nnums += 6 + 2*len(c.reqs)
+		nnums += 7 + 2*len(c.reqs)
 	}
 	args := scriptArgs(nkeys, nkeys+nargs)
 	// Every block's numbers in one buffer, sized once so that appending
@@ -349,7 +350,11 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 			hb = la.heartbeat
 		}
 		start := len(nums)
-		nums = appendNums(append(nums, hb...), c.rt.seen.Load(), int64(len(c.reqs)))
+		var full int64
+		if c.rt.full.Load() {
+			full = 1
+		}
+		nums = appendNums(append(nums, hb...), c.rt.seen.Load(), full, int64(len(c.reqs)))
 		for _, r := range c.reqs {
 			maxWait := int64(-1)
 			if r.MaxWait >= 0 {
@@ -408,6 +413,7 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 			grants[i] = Grant{Delay: fromUS(-1 - d)}
 		}
 	}
+	rt.full.Store(vals[0] == 0 && vals[3] == 0) // nothing remains, and not for a pause
 	reset := vals[1]
 	window := us(lim.Window)
 	var tail int64

@@ -51,14 +51,18 @@ func BenchmarkRedisBenchmarkTool(b *testing.B) {
 	gcra := redisRateSHA(b, srv)
 	pfx := keyPrefix()
 	// __rand_int__ is replaced by redis-benchmark with a random number from
-	// 0 to -r: fresh log members, or keys spread over many targets.
+	// 0 to -r: keys spread over many targets. redis_rate's arguments are
+	// those of BenchmarkRedisDecisions' allowed limit (burst, rate, period
+	// in seconds, cost), at which its script writes on every call.
+	limit := []string{strconv.Itoa(allowedLimit), strconv.Itoa(allowedLimit), strconv.FormatFloat(allowedWindow.Seconds(), 'g', -1, 64), "1"}
 	cmds := []struct {
-		name string
-		args []string
+		name    string
+		args    []string
+		written string // a key the run must leave behind
 	}{
-		{"trivial", []string{"EVALSHA", trivial, "0"}},
-		{"redis_rate/hot/allowed", []string{"EVALSHA", gcra, "1", "rate:" + pfx + "hot", "1000000000", "1000000000", "1", "1"}},
-		{"redis_rate/many/allowed", []string{"EVALSHA", gcra, "1", "rate:" + pfx + "t__rand_int__", "1000000000", "1000000000", "1", "1"}},
+		{"trivial", []string{"EVALSHA", trivial, "0"}, ""},
+		{"redis_rate/hot/allowed", append([]string{"EVALSHA", gcra, "1", "rate:" + pfx + "hot"}, limit...), "rate:" + pfx + "hot"},
+		{"redis_rate/many/allowed", append([]string{"EVALSHA", gcra, "1", "rate:" + pfx + "t__rand_int__"}, limit...), ""},
 	}
 	for _, cmd := range cmds {
 		for _, conns := range []int{1, 8} {
@@ -75,6 +79,9 @@ func BenchmarkRedisBenchmarkTool(b *testing.B) {
 					}
 					if rps, err = parseRPS(string(out)); err != nil {
 						b.Fatalf("%v\n%s", err, out)
+					}
+					if cmd.written != "" {
+						checkWritten(b, c, cmd.written)
 					}
 				}
 				b.ReportMetric(rps, "ops/s")

@@ -50,6 +50,7 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		{"100/allowed", 100, 1, allowedRule},
 		{"100/allowed", 100, 8, allowedRule},
 		{"100/refused", 100, 1, refusedRule},
+		{"100/refused", 100, 8, refusedRule},
 	}
 	ctx := context.Background()
 	for _, c := range cases {

@@ -205,12 +205,15 @@ if op == 'reserve' then
     local pause, live, cancelled = parse_meta(m)
     if pause <= now then pause = 0 end
 
-    -- Read the log: its live length len, its last slot (nil when empty),
-    -- the first entries fetched (live entry i, 0 the first, is
-    -- head[off + i + 1] while that is in head) and the list index of the
-    -- first live entry. The dead entries (at or before cutoff) are cut off
-    -- in batches of HEAD/2 or more: a cut moves the rest of a list node,
-    -- so cutting one entry per call costs more than skipping a few.
+    -- Read the log: its live length len (on the tail path below, the
+    -- list's whole length: the dead before the limit-th entry are counted,
+    -- which changes nothing once limit entries are live), its last slot
+    -- (nil when empty), the first entries fetched (live entry i, 0 the
+    -- first, is head[off + i + 1] while that is in head) and the list
+    -- index of the first live entry. The dead entries (at or before
+    -- cutoff) are cut off in batches of HEAD/2 or more: a cut moves the
+    -- rest of a list node, so cutting one entry per call costs more than
+    -- skipping a few.
     local cutoff = now - window
     local len, last, off, first = 0, nil, 0, 0
     local cached, cachedSlot -- the last entry read by LINDEX: its live index, its slot

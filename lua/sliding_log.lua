@@ -247,9 +247,8 @@ if op == 'reserve' then
     end
     if not head then
       head = pcall('LRANGE', log, '0', HEAD_LAST)
-      if head.err then
+      if head.err then -- not a list (so total is nil: its LLEN failed too)
         upgrade(head)
-        total = nil
         head = call('LRANGE', log, '0', HEAD_LAST)
       end
       local n = #head

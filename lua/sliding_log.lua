@@ -84,7 +84,7 @@ local op = ARGV[1]
 
 -- Numbers go to Redis commands as strings made with %d: Redis formats a Lua
 -- number as a double, which costs more (13% more for a PEXPIRE).
-local fmt, sub, floor = string.format, string.sub, math.floor
+local fmt, sub, byte, floor = string.format, string.sub, string.byte, math.floor
 local spack, sunpack = struct.pack, struct.unpack
 local call, pcall = redis.call, redis.pcall
 
@@ -99,64 +99,81 @@ else
   op = sub(op, 1, at - 1)
 end
 
--- A script cannot keep functions between runs: each run makes its helpers
--- anew, and a call through one costs more than the same code in line. So
--- the reserve path is written out in line (7-13% fewer server
--- instructions per decision than through nine helpers), and only four
--- helpers are made: those that several ops need.
 local MEMBER = 9 -- where an entry's member starts: sub(e, MEMBER); its slot is sunpack('>i8', e)
 -- TEXT: a slot read past this is the first 8 digits of a decimal slot, as
 -- an earlier fleetgate wrote them.
 local TEXT = 9007199254740992 -- 2^53
 
--- parse_meta reads a meta value (false when there is none): the pause end,
--- the live count and the latest slot a cancel removed. Fields an earlier
--- fleetgate did not write read as 0.
-local function parse_meta(v)
-  if not v then return 0, 0, 0 end
-  if #v == 24 and string.byte(v) == 0 then return sunpack('>i8i8i8', v) end
-  local p, l, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
-  return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0
-end
+-- A script cannot keep functions between runs: each run makes its
+-- functions anew, and a call through one costs more than the same code in
+-- line. So the reserve path is written out in line (7-13% fewer server
+-- instructions per decision than through nine helpers), and the four
+-- helpers that several ops need are made by helpers() only when a run needs
+-- them: a reserve, in the usual case, never does. Making them at every
+-- run's start, with the dozen locals of the run they used, cost a reserve
+-- 8k server instructions, 7% (BENCHMARKS.md). helpers() itself uses no
+-- local of the run: what they need comes as arguments or from the globals.
+local function helpers()
+  local call, spack, sub, fmt = redis.call, struct.pack, string.sub, string.format
+  local h = {}
 
--- write_meta stores the pause end, the live count and the latest cancelled
--- slot, kept until the pause ends or for keep us, whichever is later.
-local function write_meta(pause_end, live, cancelled, keep)
-  if pause_end - now > keep then keep = pause_end - now end
-  local v = spack('>i8i8i8', pause_end, live, cancelled)
-  call('SET', metakey, v, 'PX', fmt('%d', floor(keep / 1000) + 1))
-  return v
-end
-
--- push appends entries[1..count] (count: all of them when nil) to the log,
--- in chunks: unpack has a stack limit.
-local function push(entries, count)
-  count = count or #entries
-  for i = 1, count, 1000 do
-    call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
+  -- parse_meta reads a meta value (false when there is none): the pause
+  -- end, the live count and the latest slot a cancel removed. Fields an
+  -- earlier fleetgate did not write read as 0.
+  function h.parse_meta(v)
+    if not v then return 0, 0, 0 end
+    if #v == 24 and string.byte(v) == 0 then return struct.unpack('>i8i8i8', v) end
+    local p, l, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
+    return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0
   end
-end
 
--- upgrade rewrites, keeping its TTL, a log an earlier fleetgate left: a
--- sorted set (member, score = slot) when err is the error of the list
--- command that failed on it (raised again if the log is not a sorted set),
--- else a list of decimal slots (16 digits, then the member).
-local function upgrade(err)
-  local es = {}
-  if err then
-    if call('TYPE', log).ok ~= 'zset' then error(err) end
-    local z = call('ZRANGE', log, '0', '-1', 'WITHSCORES')
-    for i = 1, #z, 2 do es[#es + 1] = spack('>i8c0', tonumber(z[i + 1]), z[i]) end
-  else
-    for i, e in ipairs(call('LRANGE', log, '0', '-1')) do
-      es[i] = spack('>i8c0', tonumber(sub(e, 1, 16)), sub(e, 17))
+  -- write_meta stores at metakey, at time now, the pause end, the live count
+  -- and the latest cancelled slot, kept until the pause ends or for keep
+  -- us, whichever is later.
+  function h.write_meta(metakey, now, pause_end, live, cancelled, keep)
+    if pause_end - now > keep then keep = pause_end - now end
+    local v = spack('>i8i8i8', pause_end, live, cancelled)
+    call('SET', metakey, v, 'PX', fmt('%d', math.floor(keep / 1000) + 1))
+    return v
+  end
+
+  -- push appends entries[1..count] (count: all of them when nil) to the
+  -- log, in chunks: unpack has a stack limit.
+  local function push(log, entries, count)
+    count = count or #entries
+    for i = 1, count, 1000 do
+      call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
     end
   end
-  local ttl = call('PTTL', log)
-  call('DEL', log)
-  push(es)
-  if ttl > 0 then call('PEXPIRE', log, fmt('%d', ttl)) end
+  h.push = push
+
+  -- upgrade rewrites, keeping its TTL, a log an earlier fleetgate left: a
+  -- sorted set (member, score = slot) when err is the error of the list
+  -- command that failed on it (raised again if the log is not a sorted
+  -- set), else a list of decimal slots (16 digits, then the member).
+  function h.upgrade(log, err)
+    local es = {}
+    if err then
+      if call('TYPE', log).ok ~= 'zset' then error(err) end
+      local z = call('ZRANGE', log, '0', '-1', 'WITHSCORES')
+      for i = 1, #z, 2 do es[#es + 1] = spack('>i8c0', tonumber(z[i + 1]), z[i]) end
+    else
+      for i, e in ipairs(call('LRANGE', log, '0', '-1')) do
+        es[i] = spack('>i8c0', tonumber(sub(e, 1, 16)), sub(e, 17))
+      end
+    end
+    local ttl = call('PTTL', log)
+    call('DEL', log)
+    push(log, es)
+    if ttl > 0 then call('PEXPIRE', log, fmt('%d', ttl)) end
+  end
+
+  return h
 end
+
+-- H: the helpers, once the run needs them.
+local H
+if op ~= 'reserve' then H = helpers() end
 
 -- HEAD is how many entries a reserve fetches from the head of a log: a
 -- short log is read whole in one call, and a long one costs a string per
@@ -166,7 +183,6 @@ local HEAD, HEAD_LAST = 4, '3'
 -- FULL_SLACK: how many entries past the limit a log may hold for a reserve
 -- to read it from its tail (dead ones build up there uncut).
 local FULL_SLACK = 32
-local NONE = {}
 
 if op == 'reserve' then
   local proc = ARGV[2]
@@ -186,7 +202,7 @@ if op == 'reserve' then
   -- A block's new entries, new[1..nn], written at its end; until then the
   -- (limit-n+1)-th most recent entry may be one of them. Every block
   -- reuses the table.
-  local new = {}
+  local new = {false} -- made with room for one: it then grows without a rehash
   local a = 3 -- the next block's first argument
   for b = 1, #KEYS, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
@@ -202,7 +218,15 @@ if op == 'reserve' then
     if not m then
       if metas then m = metas[(b + 2) / 3] else m = meta1 end
     end
-    local pause, live, cancelled = parse_meta(m)
+    local pause, live, cancelled = 0, 0, 0
+    if m then
+      if #m == 24 and byte(m) == 0 then
+        pause, live, cancelled = sunpack('>i8i8i8', m)
+      else -- as an earlier fleetgate wrote it
+        H = H or helpers()
+        pause, live, cancelled = H.parse_meta(m)
+      end
+    end
     if pause <= now then pause = 0 end
 
     -- Read the log: its live length len (on the tail path below, the
@@ -217,7 +241,7 @@ if op == 'reserve' then
     local cutoff = now - window
     local len, last, off, first = 0, nil, 0, 0
     local cached, cachedSlot -- the last entry read by LINDEX: its live index, its slot
-    local head, total -- total: the list's length, when read first
+    local head, nhead, total = nil, 0, nil -- the entries fetched (false: none to fetch) and how many; the list's length, when read first
     if full ~= 0 then
       -- A full window (refusals, waiters) is decided from the log's tail:
       -- its length, its limit-th entry from the end and its last entry.
@@ -235,27 +259,30 @@ if op == 'reserve' then
       if type(total) ~= 'number' then
         total = nil -- not a list: the head read upgrades it
       elseif total == 0 then
-        head = NONE -- no log: nothing to read
+        head = false -- no log: nothing to read
       elseif total >= limit and total < limit + FULL_SLACK then
         local e = sunpack('>i8', call('LINDEX', log, fmt('%d', total - limit)))
         if e > cutoff and e <= TEXT then
-          len, head = total, NONE
+          len, head = total, false
           if limit == 1 then last = e else last = sunpack('>i8', call('LINDEX', log, '-1')) end
           cached, cachedSlot = total - limit, e
         end
       end
     end
-    if not head then
+    if head == nil then
       head = pcall('LRANGE', log, '0', HEAD_LAST)
       if head.err then -- not a list (so total is nil: its LLEN failed too)
-        upgrade(head)
+        H = H or helpers()
+        H.upgrade(log, head)
         head = call('LRANGE', log, '0', HEAD_LAST)
       end
       local n = #head
+      nhead = n
       if n > 0 then
         local s1 = sunpack('>i8', head[1])
         if s1 > TEXT then
-          upgrade()
+          H = H or helpers()
+          H.upgrade(log)
           total = nil
           head = call('LRANGE', log, '0', HEAD_LAST)
           s1 = sunpack('>i8', head[1])
@@ -267,7 +294,7 @@ if op == 'reserve' then
         end
         if last <= cutoff then
           call('DEL', log)
-          len, last, head = 0, nil, NONE
+          len, last, nhead = 0, nil, 0
         elseif s1 <= cutoff then
           -- Entry lo is dropped, hi kept.
           local lo, hi = 0, len - 1
@@ -334,7 +361,7 @@ if op == 'reserve' then
           else
             local back = r - nn -- from the log's end, 1 = its last
             local idx = len - back  -- from its head, 0 = its first
-            if off + idx < #head then
+            if off + idx < nhead then
               e = sunpack('>i8', head[off + idx + 1])
             else
               if idx ~= cached then
@@ -374,7 +401,13 @@ if op == 'reserve' then
       end
     end
     if nn > 0 then
-      if nn == 1 then call('RPUSH', log, new[1]) else push(new, nn) end
+      if nn == 1 then
+        call('RPUSH', log, new[1])
+      else
+        for i = 1, nn, 1000 do -- in chunks: unpack has a stack limit
+          call('RPUSH', log, unpack(new, i, math.min(i + 999, nn)))
+        end
+      end
       -- A TTL in whole milliseconds, never 0: the log outlives its last slot by a window.
       call('PEXPIRE', log, fmt('%d', floor((last + window - now) / 1000) + 1))
     end
@@ -391,7 +424,8 @@ if op == 'reserve' then
       call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
       live = call('ZCARD', procs)
       written = written or {}
-      written[metakey] = write_meta(pause, live, cancelled, liveness)
+      H = H or helpers()
+      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, liveness)
     end
 
     local remaining = limit - len - nn
@@ -418,7 +452,7 @@ elseif op == 'cancel' then
   end
   local to = pcall('LLEN', log) -- search [from, to)
   if type(to) == 'table' then
-    upgrade(to)
+    H.upgrade(log, to)
     to = call('LLEN', log)
   end
   local from, chunk = to, 8
@@ -428,7 +462,7 @@ elseif op == 'cancel' then
     local es = call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
     if #chunks == 0 and sunpack('>i8', es[#es]) > TEXT then
       -- The log's last slot is decimal text, so the whole log is.
-      upgrade()
+      H.upgrade(log)
       es = call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
     end
     chunks[#chunks + 1] = es
@@ -457,25 +491,25 @@ elseif op == 'cancel' then
     if from == 0 then
       local ttl = call('PTTL', log)
       call('DEL', log)
-      push(rest)
+      H.push(log, rest)
       if #rest > 0 and ttl > 0 then call('PEXPIRE', log, fmt('%d', ttl)) end
     else
       call('LTRIM', log, '0', fmt('%d', from - 1))
-      push(rest)
+      H.push(log, rest)
     end
   end
   local last = 0
   local e = call('LINDEX', log, '-1')
   if e and sunpack('>i8', e) > TEXT then -- decimal text, and no member searched
-    upgrade()
+    H.upgrade(log)
     e = call('LINDEX', log, '-1')
   end
   if e then last = sunpack('>i8', e) end
   if latest > last then
     -- Other processes may have seen a removed entry as the log's last: a
     -- cancel took it, the log was not lost.
-    local pause, live, cancelled = parse_meta(call('GET', metakey))
-    if latest > cancelled then write_meta(pause, live, latest, keep) end
+    local pause, live, cancelled = H.parse_meta(call('GET', metakey))
+    if latest > cancelled then H.write_meta(metakey, now, pause, live, latest, keep) end
   end
   return {now, removed, last}
 
@@ -483,10 +517,10 @@ elseif op == 'pause' then
   local d = tonumber(ARGV[2])
   local keep = tonumber(ARGV[3])
   if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
-  local cur, live, cancelled = parse_meta(call('GET', metakey))
+  local cur, live, cancelled = H.parse_meta(call('GET', metakey))
   if d > 0 and now + d > cur then
     cur = now + d
-    write_meta(cur, live, cancelled, keep)
+    H.write_meta(metakey, now, cur, live, cancelled, keep)
   end
   local left = 0
   if cur > now then left = cur - now end
@@ -501,10 +535,10 @@ elseif op == 'restore' then
   -- cost every reserve 1.5-2.5% more server instructions).
   local all = pcall('LRANGE', log, '0', '-1')
   if all.err then
-    upgrade(all)
+    H.upgrade(log, all)
     all = call('LRANGE', log, '0', '-1')
   elseif #all > 0 and sunpack('>i8', all[1]) > TEXT then
-    upgrade()
+    H.upgrade(log)
     all = call('LRANGE', log, '0', '-1')
   end
   local old, last = {}, nil
@@ -538,7 +572,7 @@ elseif op == 'restore' then
   if next(moved) == nil and (last == nil or add[1][1] >= last) then
     -- All after the log's end: append.
     for _, x in ipairs(add) do merged[#merged + 1] = spack('>i8c0', x[1], x[2]) end
-    push(merged)
+    H.push(log, merged)
   else
     -- Merge in slot order and write the log anew.
     local i, j = 1, 1
@@ -554,7 +588,7 @@ elseif op == 'restore' then
       end
     end
     call('DEL', log)
-    push(merged)
+    H.push(log, merged)
   end
   local tail = add[#add][1]
   if last and last > tail then tail = last end

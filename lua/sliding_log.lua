@@ -18,11 +18,12 @@
 --          member (unique: no two units collapse into one); a log an
 --          earlier fleetgate left as a sorted set (member, score = slot) or
 --          as a list of decimal slots is rewritten when first read
---   pause  the target's meta, three numbers (24 bytes): the end of the
+--   pause  the target's meta, four numbers (32 bytes): the end of the
 --          fleet-wide pause (us, 0 for none), the live processes counted at
---          the latest mark, and the latest slot a cancel removed; an
---          earlier fleetgate wrote them as "<pause>[:<live>[:<cancelled>]]",
---          which is still read
+--          the latest mark, the latest slot a cancel removed, and when the
+--          log's TTL, as the latest writer to renew it set it, ends (us, 0
+--          for unknown); an earlier fleetgate wrote the first three alone,
+--          or as "<pause>[:<live>[:<cancelled>]]", which is still read
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
 -- one or more (on a single node, where keys of many slots may meet).
@@ -73,11 +74,14 @@
 --          the log keeps one entry, at the later of its two slots.
 --          Reply: {now, entries written}.
 --
--- Every reserve or restore that writes sets the log's TTL to a window after
--- its last entry, so the log lives as long as its writer's window needs (a
--- cancel or a cut keeps the TTL). Processes whose margins
--- differ pass different windows for one target: the TTL then covers the
--- rule's window and the smaller margin, not always the larger.
+-- Every reserve or restore that writes makes sure the log's TTL lasts a
+-- window past its last entry, so the log lives as long as its writer's
+-- window needs (a cancel or a cut keeps the TTL). It renews the TTL only
+-- when the expiry kept in meta falls short of that, or when its write made
+-- the list anew, and then with slack: a window more, at least 1 s and at
+-- most 1 min. Processes whose margins differ pass different windows for one
+-- target: each renews for its own, so the TTL covers the larger window while
+-- meta lasts (when it is gone, the next writer renews for its own).
 
 local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
@@ -118,23 +122,46 @@ local function helpers()
   local h = {}
 
   -- parse_meta reads a meta value (false when there is none): the pause
-  -- end, the live count and the latest slot a cancel removed. Fields an
-  -- earlier fleetgate did not write read as 0.
+  -- end, the live count, the latest slot a cancel removed and the log's
+  -- expiry. Fields an earlier fleetgate did not write read as 0.
   function h.parse_meta(v)
-    if not v then return 0, 0, 0 end
-    if #v == 24 and string.byte(v) == 0 then return struct.unpack('>i8i8i8', v) end
+    if not v then return 0, 0, 0, 0 end
+    if string.byte(v) == 0 then
+      if #v == 32 then return struct.unpack('>i8i8i8i8', v) end
+      if #v == 24 then
+        local p, l, c = struct.unpack('>i8i8i8', v)
+        return p, l, c, 0
+      end
+    end
     local p, l, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
-    return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0
+    return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0, 0
   end
 
-  -- write_meta stores at metakey, at time now, the pause end, the live count
-  -- and the latest cancelled slot, kept until the pause ends or for keep
-  -- us, whichever is later.
-  function h.write_meta(metakey, now, pause_end, live, cancelled, keep)
-    if pause_end - now > keep then keep = pause_end - now end
-    local v = spack('>i8i8i8', pause_end, live, cancelled)
-    call('SET', metakey, v, 'PX', fmt('%d', math.floor(keep / 1000) + 1))
+  -- write_meta stores at metakey, at time now, the pause end, the live
+  -- count, the latest cancelled slot and the log's expiry, kept until the
+  -- pause ends or for keep us, whichever is later; keep false: with the
+  -- TTL the key has (it must have one).
+  function h.write_meta(metakey, now, pause_end, live, cancelled, expires, keep)
+    local v = spack('>i8i8i8i8', pause_end, live, cancelled, expires)
+    if keep then
+      if pause_end - now > keep then keep = pause_end - now end
+      call('SET', metakey, v, 'PX', fmt('%d', math.floor(keep / 1000) + 1))
+    else
+      call('SET', metakey, v, 'KEEPTTL')
+    end
     return v
+  end
+
+  -- renew sets the TTL of the log, whose last slot is last, to a window
+  -- past it and the slack (a window, at least 1 s, at most 1 min), or to
+  -- end at atleast (us) if that is later, and returns when it ends (us).
+  function h.renew(log, now, last, window, atleast)
+    local slack = window
+    if slack < 1000000 then slack = 1000000 elseif slack > 60000000 then slack = 60000000 end
+    local expires = last + window + slack
+    if atleast > expires then expires = atleast end
+    call('PEXPIRE', log, fmt('%d', math.floor((expires - now) / 1000) + 1))
+    return expires
   end
 
   -- push appends entries[1..count] (count: all of them when nil) to the
@@ -218,13 +245,13 @@ if op == 'reserve' then
     if not m then
       if metas then m = metas[(b + 2) / 3] else m = meta1 end
     end
-    local pause, live, cancelled = 0, 0, 0
+    local pause, live, cancelled, expires = 0, 0, 0, 0
     if m then
-      if #m == 24 and byte(m) == 0 then
-        pause, live, cancelled = sunpack('>i8i8i8', m)
+      if #m == 32 and byte(m) == 0 then
+        pause, live, cancelled, expires = sunpack('>i8i8i8i8', m)
       else -- as an earlier fleetgate wrote it
         H = H or helpers()
-        pause, live, cancelled = H.parse_meta(m)
+        pause, live, cancelled, expires = H.parse_meta(m)
       end
     end
     if pause <= now then pause = 0 end
@@ -400,16 +427,30 @@ if op == 'reserve' then
         reply[nr] = -1 - (slot - now)
       end
     end
+    local renewed = false
     if nn > 0 then
+      local size
       if nn == 1 then
-        call('RPUSH', log, new[1])
+        size = call('RPUSH', log, new[1])
       else
         for i = 1, nn, 1000 do -- in chunks: unpack has a stack limit
-          call('RPUSH', log, unpack(new, i, math.min(i + 999, nn)))
+          size = call('RPUSH', log, unpack(new, i, math.min(i + 999, nn)))
         end
       end
-      -- A TTL in whole milliseconds, never 0: the log outlives its last slot by a window.
-      call('PEXPIRE', log, fmt('%d', floor((last + window - now) / 1000) + 1))
+      -- The log must outlive its last slot by a window. Its TTL is renewed
+      -- (with slack, and its end kept in meta) only when the end meta
+      -- tells of falls short, or when this push made the list: a list made
+      -- anew has no TTL, and meta may tell of a list that is gone. A
+      -- PEXPIRE on every write cost 10k server instructions, 9% of a
+      -- decision (BENCHMARKS.md). A list made anew gets a TTL that lasts
+      -- at least as long as meta tells, so meta, left as it is, tells no
+      -- more than the truth, and a target whose log is gone at each call
+      -- pays no write to meta.
+      if size == nn or expires < last + window then
+        H = H or helpers()
+        renewed = size ~= nn
+        expires = H.renew(log, now, last, window, expires)
+      end
     end
 
     -- The heartbeat: a process marks itself live every quarter of the
@@ -425,7 +466,13 @@ if op == 'reserve' then
       live = call('ZCARD', procs)
       written = written or {}
       H = H or helpers()
-      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, liveness)
+      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, expires, liveness)
+    elseif renewed then
+      -- Keep meta's TTL; a meta made here lasts as long as the log.
+      local keep = false
+      if not m then keep = expires - now end
+      written = written or {}
+      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, expires, keep)
     end
 
     local remaining = limit - len - nn
@@ -508,8 +555,8 @@ elseif op == 'cancel' then
   if latest > last then
     -- Other processes may have seen a removed entry as the log's last: a
     -- cancel took it, the log was not lost.
-    local pause, live, cancelled = H.parse_meta(call('GET', metakey))
-    if latest > cancelled then H.write_meta(metakey, now, pause, live, latest, keep) end
+    local pause, live, cancelled, expires = H.parse_meta(call('GET', metakey))
+    if latest > cancelled then H.write_meta(metakey, now, pause, live, latest, expires, keep) end
   end
   return {now, removed, last}
 
@@ -517,10 +564,10 @@ elseif op == 'pause' then
   local d = tonumber(ARGV[2])
   local keep = tonumber(ARGV[3])
   if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
-  local cur, live, cancelled = H.parse_meta(call('GET', metakey))
+  local cur, live, cancelled, expires = H.parse_meta(call('GET', metakey))
   if d > 0 and now + d > cur then
     cur = now + d
-    H.write_meta(metakey, now, cur, live, cancelled, keep)
+    H.write_meta(metakey, now, cur, live, cancelled, expires, keep)
   end
   local left = 0
   if cur > now then left = cur - now end
@@ -592,7 +639,14 @@ elseif op == 'restore' then
   end
   local tail = add[#add][1]
   if last and last > tail then tail = last end
-  call('PEXPIRE', log, fmt('%d', floor((tail + window - now) / 1000) + 1))
+  -- The TTL is renewed as a reserve renews it (the log may be new), and
+  -- meta keeps its end.
+  local m = call('GET', metakey)
+  local pause, live, cancelled, expires = H.parse_meta(m)
+  expires = H.renew(log, now, tail, window, expires)
+  local keep = false
+  if not m then keep = expires - now end
+  H.write_meta(metakey, now, pause, live, cancelled, expires, keep)
   return {now, #add}
 end
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,8 +46,10 @@ func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
 		}
 		log, err := client.PTTL(ctx, keys[0]).Result()
 		require.NoError(t, err)
-		require.Greater(t, log, time.Second, "the log outlives its last booking's window")
-		require.LessOrEqual(t, log, 2*time.Second+time.Millisecond)
+		// The second booking is a second away: the log lasts its window
+		// past it, and a window of slack (at least 1 s).
+		require.Greater(t, log, 2*time.Second, "the log outlives its last booking's window")
+		require.LessOrEqual(t, log, 3*time.Second+time.Millisecond)
 	}
 	_, err = NewRedisStore(client, WithKeyPrefix("bad{"))
 	require.Error(t, err)
@@ -605,4 +609,71 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 	reserve(true, 0, 1)
 	reserve(true, 0, 0)
 	reserve(false, 450*time.Millisecond, 0) // until the slot at 600 leaves
+}
+
+// TestTheLogsTTLIsRenewedWhenShort: a write renews the log's TTL, with
+// slack, only when the expiry kept in meta falls short of a window past its
+// last slot, or when the write made the list anew (meta may tell of a log
+// that is gone); every log it leaves has a TTL that lasts that long.
+func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	clock := newFakeClock()
+	s.now = clock.us.Load
+	lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // slack: 1 s
+	logKey := s.keys("example.com")[0]
+	// The log's renewals: PEXPIREs but those of the heartbeat, which sets
+	// the TTL of the set it ZADDs to.
+	pexpires := func() int {
+		t.Helper()
+		stats, err := client.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		calls := func(cmd string) int {
+			_, rest, ok := strings.Cut(stats, "cmdstat_"+cmd+":calls=")
+			if !ok {
+				return 0
+			}
+			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			require.NoError(t, err)
+			return n
+		}
+		return calls("pexpire") - calls("zadd")
+	}
+	reserve := func(s *RedisStore) {
+		t.Helper()
+		grants := make([]Grant, 1)
+		_, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, grants)
+		require.NoError(t, err)
+		require.True(t, grants[0].OK)
+		ttl, err := client.PTTL(ctx, logKey).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, lim.Window, "the log lasts a window past its last slot")
+	}
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+	reserve(s) // makes the log: 1.1 s of TTL
+	require.Equal(t, 1, pexpires())
+	// A slot every 50 ms (the one before is still live: the log stays)
+	// up to 1,000 ms, whose window ends at 1,100 ms, when the TTL does.
+	for range 20 {
+		clock.Advance(50 * time.Millisecond)
+		reserve(s)
+	}
+	require.Equal(t, 1, pexpires(), "no renewal while the TTL lasts")
+	clock.Advance(50 * time.Millisecond) // 1,050 ms: 1,150 ms is past 1,100
+	reserve(s)
+	require.Equal(t, 2, pexpires(), "renewed when it falls short")
+
+	// The log is gone (evicted, say) while meta still tells of its TTL. A
+	// process that saw none of it (so does not take it for lost) makes it
+	// anew, with a TTL.
+	require.NoError(t, client.Del(ctx, logKey).Err())
+	other, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	other.now = s.now
+	clock.Advance(10 * time.Millisecond)
+	reserve(other)
+	require.Equal(t, 3, pexpires(), "a list made anew is given its TTL")
 }

@@ -505,6 +505,9 @@ func TestRedisStoreTargetTwiceInARun(t *testing.T) {
 	}
 	v, err := client.Get(ctx, rt.keys[1]).Result()
 	require.NoError(t, err)
-	require.Len(t, v, 24, "the pause key holds three numbers: %q", v)
+	require.Len(t, v, 32, "the pause key holds four numbers: %q", v)
 	require.Equal(t, now+9_000_000, int64(binary.BigEndian.Uint64([]byte(v))), "the pause key keeps the pause")
+	// The log's TTL ends a window past its last slot (the pause's end), and
+	// a window of slack.
+	require.Equal(t, now+29_000_000, int64(binary.BigEndian.Uint64([]byte(v[24:]))), "the pause key keeps the log's expiry")
 }

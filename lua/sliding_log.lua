@@ -44,7 +44,9 @@
 --            the latest slot (us) this process has seen in the log, 0 if
 --              none,
 --            full: 1 when this process's latest decision found the window
---              full (the log is then read from its tail first), else 0,
+--              full (the log is then read from its tail first), 2 when
+--              besides none of the block's requests waits (max wait 0:
+--              the tail is read without the log's length), else 0,
 --            count k, then k pairs: units n, max wait us (-1: none);
 --          then the k requests' members.
 --   Entries at or before now - window no longer count (they are cut off
@@ -268,8 +270,25 @@ if op == 'reserve' then
     local cutoff = now - window
     local len, last, off, first = 0, nil, 0, 0
     local cached, cachedSlot -- the last entry read by LINDEX: its live index, its slot
+    local fromEnd = false -- len is a bound, not the length: LINDEX counts from the end
     local head, nhead, total = nil, 0, nil -- the entries fetched (false: none to fetch) and how many; the list's length, when read first
-    if full ~= 0 then
+    if full == 2 then
+      -- As below, for a block none of whose requests waits: a full window
+      -- refuses them all and writes nothing, so no dead entries build up
+      -- and the length need not be read. The limit-th entry from the end
+      -- (none when the list is shorter) and the last: two reads, where
+      -- the path below makes three (BENCHMARKS.md). len is then limit, as
+      -- many entries as are known to be live.
+      local e = pcall('LINDEX', log, fmt('%d', -limit))
+      if type(e) == 'string' then -- not false (too short, or no log) nor an error (not a list)
+        e = sunpack('>i8', e)
+        if e > cutoff and e <= TEXT then
+          len, head, fromEnd = limit, false, true
+          if limit == 1 then last = e else last = sunpack('>i8', call('LINDEX', log, '-1')) end
+          cached, cachedSlot = 0, e
+        end
+      end
+    elseif full ~= 0 then
       -- A full window (refusals, waiters) is decided from the log's tail:
       -- its length, its limit-th entry from the end and its last entry.
       -- When that entry is live, the window holds at least limit live
@@ -394,7 +413,7 @@ if op == 'reserve' then
               if idx ~= cached then
                 -- LINDEX walks from the nearer end.
                 local at = -back
-                if first + idx < back then at = first + idx end
+                if first + idx < back and not fromEnd then at = first + idx end
                 cachedSlot = sunpack('>i8', call('LINDEX', log, fmt('%d', at)))
                 cached = idx
               end

@@ -603,7 +603,7 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 	stats, err := client.Info(ctx, "commandstats").Result()
 	require.NoError(t, err)
 	require.NotContains(t, stats, "cmdstat_lrange:", "the latest decision found the window full: no head read")
-	require.Contains(t, stats, "cmdstat_llen:calls=1,")
+	require.NotContains(t, stats, "cmdstat_llen:", "a request that does not wait writes nothing: no length read")
 	require.Contains(t, stats, "cmdstat_lindex:calls=2,", "the limit-th entry from the end, and the last")
 	clock.Advance(350 * time.Millisecond) // 1150 ms: the slots at 0 and 100 are dead
 	reserve(true, 0, 1)
@@ -676,4 +676,49 @@ func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 	clock.Advance(10 * time.Millisecond)
 	reserve(other)
 	require.Equal(t, 3, pexpires(), "a list made anew is given its TTL")
+}
+
+// TestAFullWindowBoundsEachRequestFromTheEnd: a full window read from its
+// tail without its length (requests that do not wait) finds each
+// request's bound counting from the log's end, past dead entries the
+// head still holds; a request that waits has the length read.
+func TestAFullWindowBoundsEachRequestFromTheEnd(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	clock := newFakeClock()
+	s.now = clock.us.Load
+	lim := Limit{Limit: 4, Window: time.Second}
+	reserve := func(n int, maxWait time.Duration) Grant {
+		t.Helper()
+		grants := make([]Grant, 1)
+		_, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: n, MaxWait: maxWait}}, grants)
+		require.NoError(t, err)
+		return grants[0]
+	}
+	// Slots at 0, 100, 1050, 1060 and 1070 ms. The one at 0 is dead from
+	// 1000 ms on, but each write cut nothing (one dead entry is left for a
+	// later cut): the log holds it at its head.
+	start := clock.us.Load()
+	for _, at := range []time.Duration{0, 100, 1050, 1060, 1070} {
+		clock.us.Store(start + (at * time.Millisecond).Microseconds())
+		require.True(t, reserve(1, 0).OK, "at %v", at)
+	}
+	clock.Advance(10 * time.Millisecond) // 1080 ms
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+	require.Equal(t, Grant{Delay: 20 * time.Millisecond}, reserve(1, 0), "until the slot at 100 leaves")
+	require.Equal(t, Grant{Delay: 970 * time.Millisecond}, reserve(2, 0), "two units: until the slot at 1050 leaves")
+	stats, err := client.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.NotContains(t, stats, "cmdstat_llen:", "refusals of requests that do not wait")
+	n, err := client.LLen(ctx, s.keys("example.com")[0]).Result()
+	require.NoError(t, err)
+	require.Equal(t, int64(5), n, "the dead entry is still at the head")
+
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+	require.Equal(t, Grant{OK: true, Delay: 20 * time.Millisecond}, reserve(1, -1), "a waiter is booked")
+	stats, err = client.Info(ctx, "commandstats").Result()
+	require.NoError(t, err)
+	require.Contains(t, stats, "cmdstat_llen:calls=1,", "a request that waits may write: the length is read")
 }

@@ -354,7 +354,13 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		start := len(nums)
 		var full int64
 		if c.rt.full.Load() {
-			full = 1
+			full = 2 // and none waits: the script need not read the log's length
+			for _, r := range c.reqs {
+				if r.MaxWait != 0 {
+					full = 1
+					break
+				}
+			}
 		}
 		nums = appendNums(append(nums, hb...), c.rt.seen.Load(), full, int64(len(c.reqs)))
 		for _, r := range c.reqs {

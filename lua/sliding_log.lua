@@ -76,14 +76,18 @@
 --          the log keeps one entry, at the later of its two slots.
 --          Reply: {now, entries written}.
 --
--- Every reserve or restore that writes makes sure the log's TTL lasts a
--- window past its last entry, so the log lives as long as its writer's
--- window needs (a cancel or a cut keeps the TTL). It renews the TTL only
--- when the expiry kept in meta falls short of that, or when its write made
--- the list anew, and then with slack: a window more, at least 1 s and at
--- most 1 min. Processes whose margins differ pass different windows for one
--- target: each renews for its own, so the TTL covers the larger window while
--- meta lasts (when it is gone, the next writer renews for its own).
+-- Every reserve or restore that writes makes sure the log's TTL lasts at
+-- least a window past its last entry, so the log lives as long as its
+-- writer's window needs (a cancel or a cut keeps the TTL). A reserve renews
+-- the TTL only when the expiry kept in meta falls short of that, or when
+-- its write made the list anew; a restore always does. A renewal adds
+-- slack: a window more, at least 1 s and at most 1 min. Processes whose
+-- margins differ pass different windows for one target: each renews, or
+-- skips renewing, for its own, so the TTL covers the rule's window and the
+-- smaller margin, not always the larger (a process that saw an entry the
+-- TTL dropped takes the log for lost and pauses the target as if full).
+-- Processes of a release that set the TTL on every write must not share a
+-- Redis with this one: they may shorten a TTL that meta tells of.
 
 local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
@@ -113,9 +117,9 @@ local TEXT = 9007199254740992 -- 2^53
 -- A script cannot keep functions between runs: each run makes its
 -- functions anew, and a call through one costs more than the same code in
 -- line. So the reserve path is written out in line (7-13% fewer server
--- instructions per decision than through nine helpers), and the four
--- helpers that several ops need are made by helpers() only when a run needs
--- them: a reserve, in the usual case, never does. Making them at every
+-- instructions per decision than through nine helpers), and the helpers
+-- that several ops need are made by helpers() only when a run needs them: a
+-- reserve, in the usual case, never does. Making four of them at every
 -- run's start, with the dozen locals of the run they used, cost a reserve
 -- 8k server instructions, 7% (BENCHMARKS.md). helpers() itself uses no
 -- local of the run: what they need comes as arguments or from the globals.
@@ -194,7 +198,7 @@ local function helpers()
     local ttl = call('PTTL', log)
     call('DEL', log)
     push(log, es)
-    if ttl > 0 then call('PEXPIRE', log, fmt('%d', ttl)) end
+    if ttl >= 0 then call('PEXPIRE', log, fmt('%d', math.max(ttl, 1))) end -- 0: its last millisecond
   end
 
   return h
@@ -258,9 +262,10 @@ if op == 'reserve' then
     end
     if pause <= now then pause = 0 end
 
-    -- Read the log: its live length len (on the tail path below, the
-    -- list's whole length: the dead before the limit-th entry are counted,
-    -- which changes nothing once limit entries are live), its last slot
+    -- Read the log: its live length len (on the tail paths below, the
+    -- list's whole length, or limit when that is not read: the dead before
+    -- the limit-th entry are counted, or live ones after it are not, which
+    -- changes nothing once limit entries are live), its last slot
     -- (nil when empty), the first entries fetched (live entry i, 0 the
     -- first, is head[off + i + 1] while that is in head) and the list
     -- index of the first live entry. The dead entries (at or before
@@ -558,7 +563,7 @@ elseif op == 'cancel' then
       local ttl = call('PTTL', log)
       call('DEL', log)
       H.push(log, rest)
-      if #rest > 0 and ttl > 0 then call('PEXPIRE', log, fmt('%d', ttl)) end
+      if #rest > 0 and ttl >= 0 then call('PEXPIRE', log, fmt('%d', math.max(ttl, 1))) end -- 0: its last millisecond
     else
       call('LTRIM', log, '0', fmt('%d', from - 1))
       H.push(log, rest)

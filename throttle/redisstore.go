@@ -48,9 +48,10 @@ const DefaultKeyPrefix = "fleetgate:"
 // A target's log is a Redis list in slot order, one element (about 26
 // bytes) per admitted unit still in its window or booked ahead. Every key
 // gets a TTL long enough for its window and reservations, so idle targets
-// leave nothing behind: a log lasts a window past its last entry, and a
-// slack of one more window (at least 1 s, at most 1 min) so that writes
-// seldom renew it. RedisStore is safe for concurrent use.
+// leave nothing behind: a log lasts at least a window past its last entry,
+// and a write that renews its TTL adds a slack of one more window (at
+// least 1 s, at most 1 min), so that writes seldom renew it. It needs Redis
+// 6.0 or later. RedisStore is safe for concurrent use.
 type RedisStore struct {
 	client   redis.UniversalClient
 	prefix   string

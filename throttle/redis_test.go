@@ -502,6 +502,18 @@ func fixedClockStore(t *testing.T, now int64) (*RedisStore, *redis.Client) {
 	return s, client
 }
 
+// fakeClockStore starts a server and a RedisStore on it whose script time
+// is the returned clock's.
+func fakeClockStore(t *testing.T) (*RedisStore, *redis.Client, *fakeClock) {
+	t.Helper()
+	client := redistest.StartServer(t).Client(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	clock := newFakeClock()
+	s.now = clock.us.Load
+	return s, client, clock
+}
+
 // TestCancelIsNotALostLog: a process that saw another's booking as the
 // log's last entry does not take the log for lost when that booking is
 // cancelled: it is granted at once, as by a MemoryStore.
@@ -577,12 +589,8 @@ func logEntry(slot int64, member string) string {
 // the window is no longer full, whatever the log's length, and the dead
 // entries no longer count.
 func TestAFullWindowIsReadFromTheTail(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
+	s, client, clock := fakeClockStore(t)
 	ctx := context.Background()
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
-	clock := newFakeClock()
-	s.now = clock.us.Load
 	lim := Limit{Limit: 4, Window: time.Second}
 	reserve := func(wantOK bool, wantDelay time.Duration, wantRemaining int) {
 		t.Helper()
@@ -616,13 +624,8 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 // last slot, or when the write made the list anew (meta may tell of a log
 // that is gone); every log it leaves has a TTL that lasts that long.
 func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
+	s, client, clock := fakeClockStore(t)
 	ctx := context.Background()
-	prefix := redistest.KeyPrefix(t)
-	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
-	require.NoError(t, err)
-	clock := newFakeClock()
-	s.now = clock.us.Load
 	lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // slack: 1 s
 	logKey := s.keys("example.com")[0]
 	// The log's renewals: PEXPIREs but those of the heartbeat, which sets
@@ -670,7 +673,7 @@ func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 	// process that saw none of it (so does not take it for lost) makes it
 	// anew, with a TTL.
 	require.NoError(t, client.Del(ctx, logKey).Err())
-	other, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	other, err := NewRedisStore(client, WithKeyPrefix(s.prefix))
 	require.NoError(t, err)
 	other.now = s.now
 	clock.Advance(10 * time.Millisecond)
@@ -683,12 +686,8 @@ func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 // request's bound counting from the log's end, past dead entries the
 // head still holds; a request that waits has the length read.
 func TestAFullWindowBoundsEachRequestFromTheEnd(t *testing.T) {
-	client := redistest.StartServer(t).Client(t)
+	s, client, clock := fakeClockStore(t)
 	ctx := context.Background()
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
-	clock := newFakeClock()
-	s.now = clock.us.Load
 	lim := Limit{Limit: 4, Window: time.Second}
 	reserve := func(n int, maxWait time.Duration) Grant {
 		t.Helper()

@@ -277,47 +277,48 @@ if op == 'reserve' then
     local cached, cachedSlot -- the last entry read by LINDEX: its live index, its slot
     local fromEnd = false -- len is a bound, not the length: LINDEX counts from the end
     local head, nhead, total = nil, 0, nil -- the entries fetched (false: none to fetch) and how many; the list's length, when read first
+    -- A full window (refusals, waiters) is decided from the log's tail:
+    -- its limit-th entry from the end and its last entry. When that entry
+    -- is live, the window holds at least limit live entries: every
+    -- request's bound is at or after it, and remaining is 0 whatever the
+    -- dead entries before it, which are left for a later cut. The caller
+    -- asks for it when its latest decision found the window full: tried on
+    -- every small limit, it cost a log of one to three entries, read whole
+    -- after its length, 4k more.
+    --   full 1: the length is read first, and the head read below takes
+    --   over once FULL_SLACK dead entries may have built up. Three reads of
+    --   one value, where the head read fetches four entries and then the
+    --   same length and last: 7k fewer server instructions per refusal
+    --   (BENCHMARKS.md).
+    --   full 2: no request of the block waits, so a full window refuses
+    --   them all and writes nothing, no dead entries build up and the
+    --   length is not read (LINDEX -limit: none when the list is shorter).
+    --   len is then limit, as many entries as are known to be live, and
+    --   bounds are looked up from the end (BENCHMARKS.md).
+    local tailEntry -- the limit-th entry from the end, when a tail path read it
     if full == 2 then
-      -- As below, for a block none of whose requests waits: a full window
-      -- refuses them all and writes nothing, so no dead entries build up
-      -- and the length need not be read. The limit-th entry from the end
-      -- (none when the list is shorter) and the last: two reads, where
-      -- the path below makes three (BENCHMARKS.md). len is then limit, as
-      -- many entries as are known to be live.
-      local e = pcall('LINDEX', log, fmt('%d', -limit))
-      if type(e) == 'string' then -- not false (too short, or no log) nor an error (not a list)
-        e = sunpack('>i8', e)
-        if e > cutoff and e <= TEXT then
-          len, head, fromEnd = limit, false, true
-          if limit == 1 then last = e else last = sunpack('>i8', call('LINDEX', log, '-1')) end
-          cached, cachedSlot = 0, e
-        end
-      end
+      tailEntry = pcall('LINDEX', log, fmt('%d', -limit))
+      if type(tailEntry) ~= 'string' then tailEntry = nil end -- false (too short, or no log) or an error (not a list)
     elseif full ~= 0 then
-      -- A full window (refusals, waiters) is decided from the log's tail:
-      -- its length, its limit-th entry from the end and its last entry.
-      -- When that entry is live, the window holds at least limit live
-      -- entries: every request's bound is at or after it, and remaining
-      -- is 0 whatever the dead entries before it, which are left for a
-      -- later cut (once FULL_SLACK of them may have built up, the head
-      -- read below takes over). Three reads of one value, where the head
-      -- read fetches four entries and then the same length and last: 7k
-      -- fewer server instructions per refusal (BENCHMARKS.md). The caller
-      -- asks for it when its latest decision found the window full: tried
-      -- on every small limit, it cost a log of one to three entries, read
-      -- whole after its length, 4k more.
       total = pcall('LLEN', log)
       if type(total) ~= 'number' then
         total = nil -- not a list: the head read upgrades it
       elseif total == 0 then
         head = false -- no log: nothing to read
       elseif total >= limit and total < limit + FULL_SLACK then
-        local e = sunpack('>i8', call('LINDEX', log, fmt('%d', total - limit)))
-        if e > cutoff and e <= TEXT then
-          len, head = total, false
-          if limit == 1 then last = e else last = sunpack('>i8', call('LINDEX', log, '-1')) end
-          cached, cachedSlot = total - limit, e
+        tailEntry = call('LINDEX', log, fmt('%d', total - limit))
+      end
+    end
+    if tailEntry then
+      local e = sunpack('>i8', tailEntry)
+      if e > cutoff and e <= TEXT then
+        if total then
+          len, cached = total, total - limit
+        else
+          len, cached, fromEnd = limit, 0, true
         end
+        head, cachedSlot = false, e
+        if limit == 1 then last = e else last = sunpack('>i8', call('LINDEX', log, '-1')) end
       end
     end
     if head == nil then

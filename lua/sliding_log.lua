@@ -76,16 +76,18 @@
 --          the log keeps one entry, at the later of its two slots.
 --          Reply: {now, entries written}.
 --
--- Every reserve or restore that writes makes sure the log's TTL lasts at
--- least a window past its last entry, so the log lives as long as its
--- writer's window needs (a cancel or a cut keeps the TTL). A reserve renews
--- the TTL only when the expiry kept in meta falls short of that, or when
--- its write made the list anew; a restore always does. A renewal adds
--- slack: a window more, at least 1 s and at most 1 min. Processes whose
--- margins differ pass different windows for one target: each renews, or
--- skips renewing, for its own, so the TTL covers the rule's window and the
--- smaller margin, not always the larger (a process that saw an entry the
--- TTL dropped takes the log for lost and pauses the target as if full).
+-- Every reserve or restore that writes makes sure the log's TTL lasts a
+-- window and a spare past its last entry (the spare: half the window, at
+-- least 0.5 s, at most 30 s), so the log lives as long as its writer's
+-- window needs (a cancel or a cut keeps the TTL). A renewal sets the TTL
+-- to a window and three spares past the last entry. A reserve renews the
+-- TTL only when the expiry kept in meta falls short of a window and a
+-- spare, or when its write made the list anew; a restore always renews.
+-- Processes whose margins differ pass different windows for one target:
+-- the spare covers a margin up to that much larger than the writer's.
+-- Past that, the TTL may drop an entry that a process with the larger
+-- margin still counts, and that process takes the log for lost and pauses
+-- the target as if full.
 -- Processes of a release that set the TTL on every write must not share a
 -- Redis with this one: they may shorten a TTL that meta tells of.
 
@@ -158,13 +160,18 @@ local function helpers()
     return v
   end
 
+  -- spare is how long a log outlives its last slot's window at least:
+  -- half the window, at least 0.5 s and at most 30 s.
+  local function spare(window)
+    if window < 1000000 then return 500000 elseif window > 60000000 then return 30000000 end
+    return math.floor(window / 2)
+  end
+
   -- renew sets the TTL of the log, whose last slot is last, to a window
-  -- past it and the slack (a window, at least 1 s, at most 1 min), or to
-  -- end at atleast (us) if that is later, and returns when it ends (us).
+  -- and three spares past it, or to end at atleast (us) if that is later,
+  -- and returns when it ends (us).
   function h.renew(log, now, last, window, atleast)
-    local slack = window
-    if slack < 1000000 then slack = 1000000 elseif slack > 60000000 then slack = 60000000 end
-    local expires = last + window + slack
+    local expires = last + window + 3 * spare(window)
     if atleast > expires then expires = atleast end
     call('PEXPIRE', log, fmt('%d', math.floor((expires - now) / 1000) + 1))
     return expires
@@ -462,16 +469,21 @@ if op == 'reserve' then
           size = call('RPUSH', log, unpack(new, i, math.min(i + 999, nn)))
         end
       end
-      -- The log must outlive its last slot by a window. Its TTL is renewed
-      -- (with slack, and its end kept in meta) only when the end meta
-      -- tells of falls short, or when this push made the list: a list made
-      -- anew has no TTL, and meta may tell of a list that is gone. A
-      -- PEXPIRE on every write cost 10k server instructions, 9% of a
-      -- decision (BENCHMARKS.md). A list made anew gets a TTL that lasts
-      -- at least as long as meta tells, so meta, left as it is, tells no
-      -- more than the truth, and a target whose log is gone at each call
-      -- pays no write to meta.
-      if size == nn or expires < last + window then
+      -- The log must outlive its last slot by a window and a spare. Its
+      -- TTL is renewed (to three spares past the window, and its end kept
+      -- in meta) only when the end meta tells of falls short of that, or
+      -- when this push made the list: a list made anew has no TTL, and
+      -- meta may tell of a list that is gone. A PEXPIRE on every write
+      -- cost 10k server instructions, 9% of a decision (BENCHMARKS.md);
+      -- a busy log is renewed once per two spares. The spare left after
+      -- every write lets a process whose margin is up to that much larger
+      -- find its entries too. A list made anew gets a TTL that lasts at
+      -- least as long as meta tells, so meta, left as it is, tells no more
+      -- than the truth, and a target whose log is gone at each call pays
+      -- no write to meta.
+      local spare = window / 2 -- as the helpers' spare, in line: H is seldom made
+      if spare < 500000 then spare = 500000 elseif spare > 30000000 then spare = 30000000 end
+      if size == nn or expires < last + window + spare then
         H = H or helpers()
         renewed = size ~= nn
         expires = H.renew(log, now, last, window, expires)

@@ -47,9 +47,9 @@ func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
 		log, err := client.PTTL(ctx, keys[0]).Result()
 		require.NoError(t, err)
 		// The second booking is a second away: the log lasts its window
-		// past it, and a window of slack (at least 1 s).
-		require.Greater(t, log, 2*time.Second, "the log outlives its last booking's window")
-		require.LessOrEqual(t, log, 3*time.Second+time.Millisecond)
+		// past it, and three spares (half the window, at least 0.5 s).
+		require.Greater(t, log, 2*time.Second+500*time.Millisecond, "the log outlives its last booking's window and a spare")
+		require.LessOrEqual(t, log, 3500*time.Millisecond+time.Millisecond)
 	}
 	_, err = NewRedisStore(client, WithKeyPrefix("bad{"))
 	require.Error(t, err)
@@ -619,14 +619,15 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 	reserve(false, 450*time.Millisecond, 0) // until the slot at 600 leaves
 }
 
-// TestTheLogsTTLIsRenewedWhenShort: a write renews the log's TTL, with
-// slack, only when the expiry kept in meta falls short of a window past its
-// last slot, or when the write made the list anew (meta may tell of a log
-// that is gone); every log it leaves has a TTL that lasts that long.
+// TestTheLogsTTLIsRenewedWhenShort: a write renews the log's TTL, to three
+// spares past the window, only when the expiry kept in meta falls short of
+// a window and a spare past its last slot, or when the write made the list
+// anew (meta may tell of a log that is gone); every log it leaves has a
+// TTL that lasts that long.
 func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 	s, client, clock := fakeClockStore(t)
 	ctx := context.Background()
-	lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // slack: 1 s
+	lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // spare: 0.5 s
 	logKey := s.keys("example.com")[0]
 	// The log's renewals: PEXPIREs but those of the heartbeat, which sets
 	// the TTL of the set it ZADDs to.
@@ -656,16 +657,17 @@ func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 		require.Greater(t, ttl, lim.Window, "the log lasts a window past its last slot")
 	}
 	require.NoError(t, client.ConfigResetStat(ctx).Err())
-	reserve(s) // makes the log: 1.1 s of TTL
+	reserve(s) // makes the log: 1.6 s of TTL, a window and three spares
 	require.Equal(t, 1, pexpires())
 	// A slot every 50 ms (the one before is still live: the log stays)
-	// up to 1,000 ms, whose window ends at 1,100 ms, when the TTL does.
+	// up to 1,000 ms, whose window and spare end at 1,600 ms, when the
+	// TTL does.
 	for range 20 {
 		clock.Advance(50 * time.Millisecond)
 		reserve(s)
 	}
 	require.Equal(t, 1, pexpires(), "no renewal while the TTL lasts")
-	clock.Advance(50 * time.Millisecond) // 1,050 ms: 1,150 ms is past 1,100
+	clock.Advance(50 * time.Millisecond) // 1,050 ms: 1,650 ms is past 1,600
 	reserve(s)
 	require.Equal(t, 2, pexpires(), "renewed when it falls short")
 
@@ -679,6 +681,32 @@ func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 	clock.Advance(10 * time.Millisecond)
 	reserve(other)
 	require.Equal(t, 3, pexpires(), "a list made anew is given its TTL")
+}
+
+// TestTheLogOutlivesALargerMargin: after every write, the log lasts (as
+// its meta tells, which the TTL follows) a window and a spare past its last
+// slot, so a process whose margin is up to a spare larger than the
+// writer's finds every entry it still counts.
+func TestTheLogOutlivesALargerMargin(t *testing.T) {
+	s, client, clock := fakeClockStore(t)
+	ctx := context.Background()
+	lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // spare: 0.5 s
+	larger := lim.Window + 500*time.Millisecond
+	metaKey := s.keys("example.com")[1]
+	grants := make([]Grant, 1)
+	for i := range 60 { // a slot every 50 ms for 3 s
+		clock.Advance(50 * time.Millisecond)
+		_, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, grants)
+		require.NoError(t, err)
+		require.True(t, grants[0].OK)
+		require.Zero(t, grants[0].Delay, "the slot is now")
+		meta, err := client.Get(ctx, metaKey).Bytes()
+		require.NoError(t, err)
+		require.Len(t, meta, 32)
+		expires := int64(binary.BigEndian.Uint64(meta[24:]))
+		require.GreaterOrEqual(t, expires-clock.us.Load(), larger.Microseconds(),
+			"write %d: the log ends too soon for a margin 500 ms larger", i)
+	}
 }
 
 // TestAFullWindowBoundsEachRequestFromTheEnd: a full window read from its

@@ -48,10 +48,12 @@ const DefaultKeyPrefix = "fleetgate:"
 // A target's log is a Redis list in slot order, one element (about 26
 // bytes) per admitted unit still in its window or booked ahead. Every key
 // gets a TTL long enough for its window and reservations, so idle targets
-// leave nothing behind: a log lasts at least a window past its last entry,
-// and a write that renews its TTL adds a slack of one more window (at
-// least 1 s, at most 1 min), so that writes seldom renew it. It needs Redis
-// 6.0 or later. RedisStore is safe for concurrent use.
+// leave nothing behind: a log lasts at least a window and a spare (half
+// the window, at least 0.5 s, at most 30 s) past its last entry, so
+// processes whose margins differ by up to a spare may share a target. A
+// write renews the TTL, to a window and three spares, only when less is
+// left than a window and a spare, so that writes seldom renew it. It needs
+// Redis 6.0 or later. RedisStore is safe for concurrent use.
 type RedisStore struct {
 	client   redis.UniversalClient
 	prefix   string

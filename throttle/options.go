@@ -119,7 +119,8 @@ type config struct {
 func WithStore(s Store) Option { return func(c *config) { c.store = s } }
 
 // WithMargin sets the guard interval added to every window (default
-// DefaultMargin). Zero is allowed; negative is an error.
+// DefaultMargin). Zero is allowed; negative, or more than MaxWindow, is an
+// error.
 func WithMargin(d time.Duration) Option { return func(c *config) { c.margin = d } }
 
 // WithKeyMode sets how requests are grouped into quotas (default ByHost).
@@ -131,7 +132,8 @@ func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.poli
 // WithStoreTimeout bounds each store call (default DefaultStoreTimeout).
 func WithStoreTimeout(d time.Duration) Option { return func(c *config) { c.storeTimeout = d } }
 
-// WithMaxPause caps fleet-wide pauses (default DefaultMaxPause).
+// WithMaxPause caps fleet-wide pauses (default DefaultMaxPause); it must
+// be positive and at most MaxWindow.
 func WithMaxPause(d time.Duration) Option { return func(c *config) { c.maxPause = d } }
 
 // WithProbeInterval sets how often a process in its fallback checks whether
@@ -153,7 +155,8 @@ func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 // within reach, then books it (one more store call). The horizon bounds how
 // far ahead the fleet can have booked when the store fails, which is how
 // long FailLocal must stay silent before it admits locally. The default, 0,
-// means one window (the rule's window plus the margin).
+// means one window (the rule's window plus the margin); more than
+// MaxWindow is an error.
 func WithMaxAhead(d time.Duration) Option { return func(c *config) { c.maxAhead = d } }
 
 // WithLogger sets where transitions between the store and the fallback are

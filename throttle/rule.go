@@ -92,6 +92,8 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w %s: window must be at most 366 days", ErrBadRule, r)
 	case r.Gap < 0 || r.Gap > 0 && r.Gap < time.Microsecond:
 		return fmt.Errorf("%w %s: gap must be 0 or at least 1µs", ErrBadRule, r)
+	case r.Gap > MaxWindow:
+		return fmt.Errorf("%w %s: gap must be at most 366 days", ErrBadRule, r)
 	}
 	return nil
 }

@@ -146,6 +146,7 @@ func TestRuleBounds(t *testing.T) {
 		{"1/999us", "window must be at least 1ms"},
 		{"1/8785h", "window must be at most 366 days"},
 		{"1/1s,gap=1ns", "gap must be 0 or at least 1µs"},
+		{"1/1s,gap=8785h", "gap must be at most 366 days"},
 	} {
 		t.Run(tt.in, func(t *testing.T) {
 			_, err := ParseRule(tt.in)

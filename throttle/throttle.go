@@ -92,16 +92,19 @@ func New(rules *Rules, opts ...Option) (*Throttler, error) {
 	switch {
 	case c.margin < 0:
 		return nil, errorf("margin %v must not be negative", c.margin)
+	case c.margin > MaxWindow:
+		// Larger, a window plus the margin could overflow a Duration.
+		return nil, errorf("margin %v must be at most 366 days", c.margin)
 	case c.storeTimeout <= 0:
 		return nil, errorf("store timeout %v must be positive", c.storeTimeout)
-	case c.maxPause <= 0:
-		return nil, errorf("max pause %v must be positive", c.maxPause)
+	case c.maxPause <= 0 || c.maxPause > MaxWindow:
+		return nil, errorf("max pause %v must be positive and at most 366 days", c.maxPause)
 	case c.probeInterval <= 0:
 		return nil, errorf("probe interval %v must be positive", c.probeInterval)
 	case c.grace < 0:
 		return nil, errorf("recovery grace %v must not be negative", c.grace)
-	case c.maxAhead < 0:
-		return nil, errorf("max ahead %v must not be negative", c.maxAhead)
+	case c.maxAhead < 0 || c.maxAhead > MaxWindow:
+		return nil, errorf("max ahead %v must not be negative nor more than 366 days", c.maxAhead)
 	case c.maxBatch < 1:
 		return nil, errorf("max batch %d must be at least 1", c.maxBatch)
 	case c.policy < FailLocal || c.policy > FailClosed:
@@ -488,9 +491,13 @@ func nextID() uint64 { return ids.Add(1) }
 // maxCachedHosts bounds the host cache of a long crawl over many hosts.
 const maxCachedHosts = 100_000
 
-// sleepCtx sleeps d, or returns ctx's cause as soon as ctx ends.
+// sleepCtx sleeps d, or returns ctx's cause as soon as ctx ends (at once
+// if it has, whatever d).
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		return nil
 	}
 	timer := time.NewTimer(d)

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,6 +183,14 @@ func TestErrors(t *testing.T) {
 	require.Error(t, err)
 	_, err = New(rules, WithMargin(-time.Second))
 	require.ErrorContains(t, err, "margin")
+	// A window plus this margin overflows a Duration: refused, not a
+	// negative window that admits everything.
+	_, err = New(rules, WithMargin(math.MaxInt64-time.Hour))
+	require.ErrorContains(t, err, "margin")
+	_, err = New(rules, WithMaxPause(math.MaxInt64))
+	require.ErrorContains(t, err, "max pause")
+	_, err = New(rules, WithMaxAhead(math.MaxInt64))
+	require.ErrorContains(t, err, "max ahead")
 	_, err = New(rules, WithStoreTimeout(0))
 	require.ErrorContains(t, err, "store timeout")
 }
@@ -526,4 +535,17 @@ func TestAPanickingStoreDoesNotWedgeTheTarget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	require.NoError(t, tr.Wait(ctx, "example.com"), "the next waiter is served")
+}
+
+// TestSleepCtxEndsWithItsContext: an ended context ends a sleep at once,
+// whatever its length, even none: a retry loop that sleeps a duration it
+// computed must stop when its caller gives up.
+func TestSleepCtxEndsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	require.NoError(t, sleepCtx(ctx, 0))
+	require.NoError(t, sleepCtx(ctx, -time.Second))
+	cancel()
+	for _, d := range []time.Duration{-time.Second, 0, time.Hour} {
+		require.ErrorIs(t, sleepCtx(ctx, d), context.Canceled, "sleep %v", d)
+	}
 }

@@ -148,6 +148,8 @@ func (c *config) validate(fs *flag.FlagSet) error {
 		return usagef("-retries %d: must not be negative", c.retries)
 	case c.margin < 0:
 		return usagef("-margin %v: must not be negative", c.margin)
+	case c.margin > throttle.MaxWindow:
+		return usagef("-margin %v: must be at most 366 days", c.margin)
 	case c.timeout <= 0:
 		return usagef("-timeout %v: must be positive", c.timeout)
 	case c.pages < 1:

@@ -37,6 +37,8 @@ func TestBadCommandLines(t *testing.T) {
 		{"negative retries", crawl("-retries", "-1"), []string{"-retries -1"}},
 		{"zero timeout", crawl("-timeout", "0s"), []string{"-timeout 0s"}},
 		{"negative margin", crawl("-margin", "-1s"), []string{"-margin -1s"}},
+		{"margin that overflows a window", crawl("-margin", "2562047h47m16s"), []string{"-margin 2562047h47m16s", "at most 366 days"}},
+		{"gap over a year", crawl("-rule", "x=1/1s,gap=9000h"), []string{`"x"`, "gap must be at most 366 days"}},
 		{"bad duration", crawl("-timeout", "soon"), []string{`"soon"`}},
 		{"stray argument", crawl("http://example.com/"), []string{`"http://example.com/"`}},
 		{"demo flag with -urls", crawl("-pages", "5"), []string{"-pages"}},

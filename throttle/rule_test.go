@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -157,4 +158,23 @@ func TestRuleBounds(t *testing.T) {
 	r, err := ParseRule("100000/8784h")
 	require.NoError(t, err)
 	require.Equal(t, Rule{Limit: MaxLimit, Window: MaxWindow}, r)
+}
+
+// TestParseRulesRefusesAPatternTwice: two specs for one pattern, as written
+// or once normalised, are ambiguous: an error naming both.
+func TestParseRulesRefusesAPatternTwice(t *testing.T) {
+	for _, specs := range [][2]string{
+		{"example.com=1/1s", "example.com=2/1s"},
+		{"example.com=1/1s", " EXAMPLE.com=1/1s"},
+		{"*.example.com=1/1s", "*.Example.com=5/1m"},
+		{"*=1/1s", "*=2/1s"},
+	} {
+		_, err := ParseRules("other.org=3/1s", specs[0], specs[1])
+		require.ErrorIs(t, err, ErrBadRule, "%q", specs)
+		require.ErrorContains(t, err, fmt.Sprintf("%q", specs[0]))
+		require.ErrorContains(t, err, fmt.Sprintf("%q", specs[1]))
+	}
+	rs, err := ParseRules("example.com=1/1s", "*.example.com=2/1s", "*=3/1s")
+	require.NoError(t, err, "a host, its wildcard and the default are three patterns")
+	require.Equal(t, 3, rs.Len())
 }

@@ -34,13 +34,22 @@ const DefaultPattern = "*"
 
 // ParseRules builds Rules from specs of the form PATTERN=RULE, for example
 // "api.example.com=10/1s", "*.example.com=100/1m,gap=200ms" or "*=1/1s" for
-// the default. The first bad spec stops it with an error naming the spec.
+// the default. The first bad spec stops it with an error naming the spec; a
+// pattern given twice (as written or once normalised: "Example.COM" is
+// "example.com") is ambiguous, an error naming both specs.
 func ParseRules(specs ...string) (*Rules, error) {
 	rs := &Rules{}
+	seen := make(map[string]string, len(specs))
 	for _, spec := range specs {
 		if err := rs.Parse(spec); err != nil {
 			return nil, err
 		}
+		pattern, _, _ := strings.Cut(spec, "=")
+		key, _ := canonicalPattern(pattern) // Parse has checked it
+		if prev, ok := seen[key]; ok {
+			return nil, fmt.Errorf("%w %q: pattern %q already has a rule (%q)", ErrBadRule, spec, key, prev)
+		}
+		seen[key] = spec
 	}
 	return rs, nil
 }
@@ -65,16 +74,15 @@ func (rs *Rules) Set(pattern string, r Rule) error {
 	if err := r.Validate(); err != nil {
 		return fmt.Errorf("rule for %q: %w", pattern, err)
 	}
-	p := strings.TrimSpace(pattern)
+	p, err := canonicalPattern(pattern)
+	if err != nil {
+		return err
+	}
 	if p == DefaultPattern {
 		rs.def, rs.hasDef = r, true
 		return nil
 	}
-	if rest, ok := strings.CutPrefix(p, "*."); ok {
-		name, err := normalizeHost(rest)
-		if err != nil || strings.ContainsAny(name, "*") {
-			return fmt.Errorf("%w: pattern %q is not *.DOMAIN", ErrBadRule, pattern)
-		}
+	if name, ok := strings.CutPrefix(p, "*."); ok {
 		suffix := "." + name
 		for i := range rs.wild {
 			if rs.wild[i].suffix == suffix {
@@ -86,15 +94,33 @@ func (rs *Rules) Set(pattern string, r Rule) error {
 		sort.SliceStable(rs.wild, func(i, j int) bool { return len(rs.wild[i].suffix) > len(rs.wild[j].suffix) })
 		return nil
 	}
-	name, err := normalizeHost(p)
-	if err != nil || strings.Contains(name, "*") {
-		return fmt.Errorf("%w: pattern %q is not a host, an IP, *.DOMAIN or %q", ErrBadRule, pattern, DefaultPattern)
-	}
 	if rs.exact == nil {
 		rs.exact = make(map[string]Rule)
 	}
-	rs.exact[name] = r
+	rs.exact[p] = r
 	return nil
+}
+
+// canonicalPattern returns pattern as Rules keeps it: DefaultPattern,
+// "*." and a normalised domain, or a normalised host or IP. An invalid
+// pattern is an error that names it.
+func canonicalPattern(pattern string) (string, error) {
+	p := strings.TrimSpace(pattern)
+	if p == DefaultPattern {
+		return p, nil
+	}
+	if rest, ok := strings.CutPrefix(p, "*."); ok {
+		name, err := normalizeHost(rest)
+		if err != nil || strings.ContainsAny(name, "*") {
+			return "", fmt.Errorf("%w: pattern %q is not *.DOMAIN", ErrBadRule, pattern)
+		}
+		return "*." + name, nil
+	}
+	name, err := normalizeHost(p)
+	if err != nil || strings.Contains(name, "*") {
+		return "", fmt.Errorf("%w: pattern %q is not a host, an IP, *.DOMAIN or %q", ErrBadRule, pattern, DefaultPattern)
+	}
+	return name, nil
 }
 
 // Lookup returns the rule for a normalised target and the pattern that

@@ -195,9 +195,12 @@ func (c *config) validate(fs *flag.FlagSet) error {
 }
 
 // rules returns the throttle rules of the command line: -default for every
-// target, then each -rule in order (a later one replaces an earlier one for
-// the same pattern; -rule '*=…' replaces -default).
+// target, then each -rule (-rule '*=…' replaces -default; two -rule flags
+// for one pattern are an error).
 func (c *config) throttleRules() (*throttle.Rules, error) {
+	if _, err := throttle.ParseRules(c.rules...); err != nil {
+		return nil, err
+	}
 	rs := &throttle.Rules{}
 	if err := rs.Set(throttle.DefaultPattern, c.def.rule); err != nil {
 		return nil, err

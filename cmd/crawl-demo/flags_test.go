@@ -38,6 +38,7 @@ func TestBadCommandLines(t *testing.T) {
 		{"zero timeout", crawl("-timeout", "0s"), []string{"-timeout 0s"}},
 		{"negative margin", crawl("-margin", "-1s"), []string{"-margin -1s"}},
 		{"margin that overflows a window", crawl("-margin", "2562047h47m16s"), []string{"-margin 2562047h47m16s", "at most 366 days"}},
+		{"one pattern twice", crawl("-rule", "example.com=1/1s", "-rule", "Example.COM=2/1s"), []string{`"Example.COM=2/1s"`, `"example.com=1/1s"`, "already has a rule"}},
 		{"gap over a year", crawl("-rule", "x=1/1s,gap=9000h"), []string{`"x"`, "gap must be at most 366 days"}},
 		{"bad duration", crawl("-timeout", "soon"), []string{`"soon"`}},
 		{"stray argument", crawl("http://example.com/"), []string{`"http://example.com/"`}},
@@ -151,7 +152,7 @@ func TestRedact(t *testing.T) {
 }
 
 func TestRulesFromFlags(t *testing.T) {
-	cfg, err := parseFlags([]string{"-urls", "-", "-default", "7/1m", "-rule", "a.example=2/1s", "-rule", "*.example=3/1s,gap=200ms", "-rule", "a.example=4/1s"}, nil)
+	cfg, err := parseFlags([]string{"-urls", "-", "-default", "7/1m", "-rule", "a.example=4/1s", "-rule", "*.example=3/1s,gap=200ms"}, nil)
 	require.NoError(t, err)
 	rs, err := cfg.throttleRules()
 	require.NoError(t, err)

@@ -61,8 +61,10 @@
 --   (limit-n+1)-th most recent entry. A request whose slot is further away
 --   than its max wait is refused and writes nothing.
 --   Reply: {now, then per target: remaining, reset us (until the log is
---           empty), live processes, pause us, then per request: the delay
---           us to its slot when granted, or -1 - that delay when refused}.
+--           empty), live processes (negative when this call's mark added
+--           the process to them: it joined, or came back after it dropped
+--           out), pause us, then per request: the delay us to its slot
+--           when granted, or -1 - that delay when refused}.
 -- cancel:  ARGV[2] how long (us) meta keeps the cancelled slot, then the
 --          members to remove. The latest slot removed goes to meta, so that
 --          a process that saw it last does not take the log for lost.
@@ -497,13 +499,15 @@ if op == 'reserve' then
       if liveness < 0 then liveness = -liveness end
       -- Mark this process live, drop the processes not seen for
       -- liveness and count the rest.
-      call('ZADD', procs, fmt('%d', now), proc)
+      local added = call('ZADD', procs, fmt('%d', now), proc)
       call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
       call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
       live = call('ZCARD', procs)
       written = written or {}
       H = H or helpers()
       written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, expires, liveness)
+      -- Not counted until now: the other processes' counts may lack it.
+      if added == 1 then live = -live end
     elseif renewed then
       -- Keep meta's TTL; a meta made here lasts as long as the log.
       local keep = false

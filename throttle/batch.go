@@ -21,6 +21,8 @@ type target struct {
 	liveAt   time.Time  // when live was last confirmed
 	tail     time.Time  // local time of the latest slot the fleet is known to have booked
 	heard    time.Time  // when the store last answered a call for this target
+	joined   time.Time  // when this process joined the target's live processes: the store's first answer, or its latest that said Joined
+	alone    bool       // and it was the only one then
 	since    time.Time  // when the current fallback began
 	seedID   uint64     // the local log's placeholder entry of the current fallback
 	degraded bool       // the failure policy decides, not the store
@@ -150,6 +152,9 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
 	tg.heard = now
+	if tg.joined.IsZero() || st.Joined {
+		tg.joined, tg.alone = now, st.Live == 1
+	}
 	// A fresh low count (say, right after Redis restarted empty) must not
 	// raise this process's fallback share: the largest count wins until it
 	// has gone unconfirmed for a whole liveness period.

@@ -76,6 +76,7 @@ func (h *harness) reserve(t *testing.T, lim Limit, n int, maxWait time.Duration)
 	var g [1]Grant
 	st, err := h.s.Reserve(context.Background(), h.target, lim, []Request{{ID: h.id, N: n, MaxWait: maxWait}}, g[:])
 	require.NoError(t, err)
+	st.Joined = false // a RedisStore's heartbeat: TestJoinedTellsWhenAProcessEntersTheCount
 	return g[0], st, h.id
 }
 

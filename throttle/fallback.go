@@ -116,17 +116,39 @@ func (t *Throttler) horizon(tg *target) time.Duration {
 }
 
 // share is this process's part of tg's limit while the store is down: N
-// divided by the live processes. known is false when no share is safe: the
-// store never said how many processes share the target, or had not lately
-// when it failed (the count may have grown meanwhile), or they outnumber the
-// limit's units (a longer window per process would bound the average, not
-// the count in one window). Then the process waits for the store.
+// divided by the live processes. known is false when no share is safe, and
+// the process then waits for the store. With s = shareSpan(tg):
+//   - the store never said how many processes share the target, or its
+//     last answer came more than s before this process noticed the
+//     failure: processes may have joined since;
+//   - this process joined the target (or came back to it after the store
+//     dropped it from the count) less than s before the store last
+//     answered it, and others were live then: they may not have heard of
+//     it before the failure;
+//   - the processes outnumber the limit's units (a longer window per
+//     process would bound the average, not the count in one window).
+//
+// When the first two hold for processes P and J, P heard the store after J
+// joined (the failure came after J's last answer, which came s after J
+// joined, and P's last answer came less than s before the failure), so P's
+// count includes J: every process with a share counted every other one,
+// and the shares add up to N at most. A process that joined alone needs no
+// wait: every process live now joined after it, and counted it.
 func (t *Throttler) share(tg *target) (l Limit, known bool) {
+	s := t.shareSpan(tg)
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
-	known = tg.live > 0 && tg.live <= tg.lim.Limit && tg.since.Sub(tg.heard) <= tg.liveness()
+	known = tg.live > 0 && tg.live <= tg.lim.Limit &&
+		tg.since.Sub(tg.heard) <= s && (tg.alone || tg.heard.Sub(tg.joined) >= s)
 	return tg.shareLocked(), known
 }
+
+// shareSpan is how recent a process's fleet count must be for a share, and
+// how long it must have been in the fleet: two horizons. A process with
+// waiters calls the store about once per horizon (each books up to a
+// horizon ahead and calls again when its slot comes), plus the time its
+// calls take.
+func (t *Throttler) shareSpan(tg *target) time.Duration { return 2 * t.horizon(tg) }
 
 func (tg *target) shareLocked() Limit {
 	live := max(tg.live, 1)

@@ -54,14 +54,22 @@ const (
 	// admissions count too; the target may be held for up to about two
 	// windows after a recovery. A process waits for the store, as
 	// FailClosed does, when no share is safe: it never heard how many
-	// processes share the target, or not within the liveness before the
-	// failure, or they outnumber the limit's units, or a request asks for
-	// more units than the share. The store is probed on a fresh connection
-	// once every ProbeInterval for all targets.
+	// processes share the target, or its last answer came more than two
+	// horizons before the failure (others may have joined since), or it
+	// joined the target's live processes (first, or again after it dropped
+	// out of the count) less than two horizons before its last answer and
+	// was not alone then (the others may not have counted it), or the
+	// processes outnumber the limit's units, or a request asks for more
+	// units than the share. The store is probed on a fresh connection once
+	// every ProbeInterval for all targets.
 	//
 	// What FailLocal cannot see: a process that made no call for a target
-	// during the outage does not know the others admitted locally, and
-	// around a recovery may add its own share to theirs in one window.
+	// during the outage (one that starts right after Redis restarted empty,
+	// say) does not know the others admitted locally, and around a recovery
+	// may add its own share to theirs in one window. And a store that only
+	// some processes cannot reach (a network partition) looks down to them
+	// and up to the others, who admit the whole limit while the cut-off
+	// ones admit their shares.
 	FailLocal FailurePolicy = iota
 	// FailOpen admits every request while the store fails. The target's
 	// limit is no longer kept; use it only where availability matters more.

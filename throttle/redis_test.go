@@ -749,3 +749,51 @@ func TestAFullWindowBoundsEachRequestFromTheEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, stats, "cmdstat_llen:calls=1,", "a request that waits may write: the length is read")
 }
+
+// TestJoinedTellsWhenAProcessEntersTheCount: a reply says Joined when its
+// call added the process to the target's live processes: its first call,
+// and its first after it dropped out of the count for want of marks; not
+// the calls in between, nor another process's calls.
+func TestJoinedTellsWhenAProcessEntersTheCount(t *testing.T) {
+	a, client, clock := fakeClockStore(t)
+	b, err := NewRedisStore(client, WithKeyPrefix(a.prefix), WithLiveness(2*time.Second))
+	require.NoError(t, err)
+	b.now = a.now
+	a.liveness = 2 * time.Second
+	ctx := context.Background()
+	lim := Limit{Limit: 100, Window: 100 * time.Millisecond}
+	// Every call marks its process live: a mark is due a quarter of the
+	// liveness after the last, on the real clock, which the fake one
+	// outruns.
+	reserve := func(s *RedisStore) State {
+		t.Helper()
+		s.target("example.com").marked.Store(0)
+		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, make([]Grant, 1))
+		require.NoError(t, err)
+		return st
+	}
+	st := reserve(a)
+	require.Equal(t, 1, st.Live)
+	require.True(t, st.Joined, "a's first call")
+	clock.Advance(10 * time.Millisecond)
+	st = reserve(b)
+	require.Equal(t, 2, st.Live)
+	require.True(t, st.Joined, "b's first call")
+	for range 10 { // b's mark is less than the liveness old: b stays counted
+		clock.Advance(100 * time.Millisecond)
+		st = reserve(a)
+		require.False(t, st.Joined, "a is counted")
+		require.Equal(t, 2, st.Live)
+	}
+	// b stops for longer than the liveness: a's marks drop it from the
+	// count, and b's next call brings it back.
+	for range 25 {
+		clock.Advance(100 * time.Millisecond)
+		st = reserve(a)
+		require.False(t, st.Joined)
+	}
+	require.Equal(t, 1, st.Live, "b dropped out")
+	st = reserve(b)
+	require.True(t, st.Joined, "b came back")
+	require.Equal(t, 2, st.Live)
+}

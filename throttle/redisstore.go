@@ -414,8 +414,9 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	}
 }
 
-// decode reads one target's part of a reserve reply: remaining, reset, live,
-// pause, then a delay per request (-1 - delay when refused) into grants.
+// decode reads one target's part of a reserve reply: remaining, reset, live
+// (negative when this call added the process to it), pause, then a delay
+// per request (-1 - delay when refused) into grants.
 func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant) State {
 	for i, d := range vals[4:] {
 		if d >= 0 {
@@ -434,10 +435,12 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 		}
 		tail = max(reset-window, 0)
 	}
+	live := vals[2]
 	return State{
 		Remaining:  int(vals[0]),
 		ResetAfter: fromUS(reset),
-		Live:       int(vals[2]),
+		Live:       int(max(live, -live)),
+		Joined:     live < 0,
 		Tail:       fromUS(tail),
 		Paused:     fromUS(vals[3]),
 	}

@@ -351,6 +351,13 @@ func TestFailurePolicies(t *testing.T) {
 			require.NoError(t, err)
 			defer tr.Close()
 			ctx := context.Background()
+			// Join the fleet two horizons before the run: a newer member
+			// gets no share, as the others may not have counted it.
+			_, err = tr.Allow(ctx, "example.com")
+			require.NoError(t, err)
+			tg, err := tr.target(ctx, "example.com")
+			require.NoError(t, err)
+			time.Sleep(tr.shareSpan(tg))
 			start := time.Now()
 			var admitted []time.Duration
 			wait := func() {
@@ -450,15 +457,24 @@ func TestForgetKeepsTargetsInUse(t *testing.T) {
 
 func TestLocalFallbackWaitsWhenNoShareIsSafe(t *testing.T) {
 	cases := []struct {
-		name  string
-		rule  string
-		live  int
-		idle  time.Duration // since the store last answered
-		units int
+		name     string
+		rule     string
+		live     int
+		newcomer bool          // the store last answered right after this process joined
+		idle     time.Duration // since the store last answered
+		units    int
+		safe     bool // the control: a share is safe, the fallback admits
 	}{
+		{name: "a member of long standing with a fresh count", rule: "*=4/1s", live: 2, units: 1, safe: true},
 		{name: "more processes than units", rule: "*=2/1s", live: 3, units: 1},
 		{name: "the live count is stale", rule: "*=4/1s", live: 2, idle: time.Minute, units: 1},
 		{name: "more units than the share", rule: "*=4/1s", live: 2, units: 3},
+		// The others' counts may predate this process: each would take a
+		// share as if it were not there.
+		{name: "this process joined lately", rule: "*=4/1s", live: 2, newcomer: true, units: 1},
+		// Alone when it joined: every process live now joined later, and
+		// counted it.
+		{name: "this process joined lately, alone", rule: "*=4/1s", live: 1, newcomer: true, units: 1, safe: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -471,12 +487,23 @@ func TestLocalFallbackWaitsWhenNoShareIsSafe(t *testing.T) {
 				require.NoError(t, err)
 				defer tr.Close()
 				require.NoError(t, tr.Wait(context.Background(), "example.com"))
+				if !c.newcomer {
+					tg, err := tr.target(context.Background(), "example.com")
+					require.NoError(t, err)
+					time.Sleep(tr.shareSpan(tg))
+					require.NoError(t, tr.Wait(context.Background(), "example.com"))
+				}
 				time.Sleep(c.idle)
 				store.fail.Store(true)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				before := store.reserves.Load()
 				err = tr.WaitN(ctx, "example.com", c.units)
+				if c.safe {
+					require.NoError(t, err, "the local fallback admits within the share")
+					require.Equal(t, ModeFallback, tr.Mode())
+					return
+				}
 				require.ErrorIs(t, err, ErrStoreUnavailable)
 				require.Less(t, store.reserves.Load()-before, int64(40), "it waits for the store, it does not spin")
 			})
@@ -494,7 +521,13 @@ func TestFleetPauseHoldsInTheFallback(t *testing.T) {
 		require.NoError(t, err)
 		defer tr.Close()
 		ctx := context.Background()
-		// Another process pauses the target; this one learns it from a reply.
+		// This process joins; two horizons later another process pauses
+		// the target, and this one learns it from a reply.
+		_, err = tr.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		tg, err := tr.target(ctx, "example.com")
+		require.NoError(t, err)
+		time.Sleep(tr.shareSpan(tg))
 		_, err = store.MemoryStore.Pause(ctx, "example.com", time.Minute)
 		require.NoError(t, err)
 		d, err := tr.Allow(ctx, "example.com")

@@ -14,6 +14,11 @@ var ErrBadRule = errors.New("bad rule")
 // A Rule is a target's limit: at most Limit units in any interval of length
 // Window, and, when Gap is positive, never two admissions closer than Gap.
 //
+// A Throttler adds its margin to the window, not to the gap: the gap spaces
+// admissions, and at the target the spread between admission and arrival
+// (what the margin absorbs) may bring two requests up to that much closer.
+// Where the target's spacing is strict, add the margin to the gap.
+//
 // The zero Rule is invalid; use ParseRule or fill Limit and Window.
 type Rule struct {
 	Limit  int           // units per window; must be at least 1

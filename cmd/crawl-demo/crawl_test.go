@@ -333,3 +333,27 @@ func TestCrawlOnACluster(t *testing.T) {
 	require.NotContains(t, got.stderr, "store failed", "the cluster answered every call")
 	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, 500*time.Millisecond), 5)
 }
+
+// TestCrawlNeverShowsAURLsPassword: a password in a URL is shown as
+// "xxxxx" in its output line, its error and the debug log, whether the
+// fetch works or not.
+func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
+	srv, _ := countingServer(t)
+	ok := strings.Replace(srv.URL, "http://", "http://alice:s3cret@", 1) + "/ok"
+	down := "http://bob:hunter2@127.0.0.1:1/down" // nothing listens on port 1
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, ok, down), "-default", "100/1s", "-retries", "1", "-v")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	for _, secret := range []string{"s3cret", "hunter2"} {
+		require.NotContains(t, got.stdout, secret)
+		require.NotContains(t, got.stderr, secret)
+	}
+	lines := decodeLines(t, got.stdout)
+	require.Len(t, lines, 2)
+	byURL := map[string]result{}
+	for _, r := range lines {
+		byURL[r.URL] = r
+	}
+	require.Equal(t, 200, byURL[strings.Replace(ok, "s3cret", "xxxxx", 1)].Status, "%+v", lines)
+	failed := byURL[strings.Replace(down, "hunter2", "xxxxx", 1)]
+	require.NotEmpty(t, failed.Error, "%+v", lines)
+}

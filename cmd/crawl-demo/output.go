@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
+	"strings"
 	"text/tabwriter"
 	"time"
 )
@@ -32,8 +34,16 @@ func newLineWriter(w io.Writer) *lineWriter {
 	return &lineWriter{enc: enc}
 }
 
-// write writes r as one line.
+// write writes r as one line, with the password of its URL, if any, and
+// of any copy of the URL in its error, shown as "xxxxx".
 func (lw *lineWriter) write(r result) error {
+	if u, err := url.Parse(r.URL); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			safe := u.Redacted()
+			r.Error = strings.ReplaceAll(r.Error, r.URL, safe)
+			r.URL = safe
+		}
+	}
 	if err := lw.enc.Encode(r); err != nil {
 		return fmt.Errorf("write result for %q: %w", r.URL, err)
 	}

@@ -158,12 +158,12 @@ type summary struct {
 func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Context, string) result, write func(result) error) (summary, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	jobs := make(chan string, workers)
+	jobs := newHostQueue(workers, lookahead*workers)
 	results := make(chan result, workers)
 	var wg sync.WaitGroup
 	var readErr error
 	wg.Go(func() {
-		defer close(jobs)
+		defer jobs.close()
 		readErr = readLines(in, maxLine, func(line string, tooLong bool) {
 			line = strings.TrimSpace(line)
 			switch {
@@ -171,31 +171,36 @@ func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Cont
 				results <- result{URL: shorten(line), Error: fmt.Sprintf("line longer than %d bytes: not read", maxLine)}
 			case line == "" || strings.HasPrefix(line, "#"):
 			default:
-				if err := checkURL(line); err != nil {
+				host, err := checkURL(line)
+				if err != nil {
 					results <- result{URL: line, Error: err.Error()}
 					return
 				}
-				select {
-				case jobs <- line:
-				case <-ctx.Done():
+				if !jobs.put(ctx, job{url: line, host: host}) {
 					results <- result{URL: line, Error: interrupted}
 				}
 			}
 		}, func() bool { return ctx.Err() == nil })
 	})
+	var workersWG sync.WaitGroup
 	for range workers {
-		wg.Go(func() {
-			for u := range jobs {
-				if ctx.Err() != nil {
-					results <- result{URL: u, Error: interrupted}
-					continue
+		workersWG.Go(func() {
+			for {
+				j, ok := jobs.take(ctx)
+				if !ok {
+					return
 				}
-				results <- get(ctx, u)
+				results <- get(ctx, j.url)
+				jobs.done(j)
 			}
 		})
 	}
 	go func() { // ends once the reader and the workers have
 		wg.Wait()
+		workersWG.Wait()
+		for _, j := range jobs.drain() { // read, never taken: ctx ended
+			results <- result{URL: j.url, Error: interrupted}
+		}
 		close(results)
 	}()
 
@@ -262,6 +267,11 @@ func readLines(r io.Reader, max int, line func(s string, tooLong bool), more fun
 		buf, tooLong = buf[:0], false
 	}
 }
+
+// lookahead is how many URLs read, per worker, may wait for a worker: how
+// far ahead the crawl looks for a URL of a host that is not busy. A URL
+// line takes up to maxLine bytes.
+const lookahead = 8
 
 // shorten returns the start of an over-long line, for its error line.
 func shorten(s string) string {

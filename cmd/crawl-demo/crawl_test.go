@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -356,4 +357,42 @@ func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 	require.Equal(t, 200, byURL[strings.Replace(ok, "s3cret", "xxxxx", 1)].Status, "%+v", lines)
 	failed := byURL[strings.Replace(down, "hunter2", "xxxxx", 1)]
 	require.NotEmpty(t, failed.Error, "%+v", lines)
+}
+
+// TestAHeldBackHostDoesNotStallTheOthers: a host that answers 429 with a
+// long Retry-After holds the workers on it for that long; it gets half
+// of them at most while other hosts' URLs wait, so those go at once.
+func TestAHeldBackHostDoesNotStallTheOthers(t *testing.T) {
+	var mu sync.Mutex
+	var otherAt []time.Duration
+	start := time.Now()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.Host, "127.0.0.1") {
+			w.Header().Set("Retry-After", "2")
+			w.WriteHeader(http.StatusTooManyRequests)
+			return
+		}
+		mu.Lock()
+		otherAt = append(otherAt, time.Since(start))
+		mu.Unlock()
+	}))
+	defer srv.Close()
+	other := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1)
+	var lines []string
+	for i := range 8 { // as many as the workers, first in the file
+		lines = append(lines, fmt.Sprintf("%s/held/%d", srv.URL, i))
+	}
+	for i := range 3 {
+		lines = append(lines, fmt.Sprintf("%s/other/%d", other, i))
+	}
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, lines...), "-default", "100/1s", "-workers", "8", "-retries", "1")
+	require.Equal(t, 1, got.code, "the held host's URLs fail; stderr: %s", got.stderr)
+	require.Len(t, decodeLines(t, got.stdout), len(lines))
+	require.GreaterOrEqual(t, time.Since(start), 2*time.Second, "the held host's retries waited out its Retry-After")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, otherAt, 3)
+	for _, at := range otherAt {
+		require.Less(t, at, time.Second, "the other host's URLs went without waiting for the held one: %v", otherAt)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -149,19 +150,20 @@ func describe(ctx context.Context, err error) string {
 	return err.Error()
 }
 
-// checkURL reports why s is not an absolute http or https URL with a host.
-func checkURL(s string) error {
+// checkURL reports why s is not an absolute http or https URL with a host,
+// or returns that host, lower-cased.
+func checkURL(s string) (host string, err error) {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
-		return errors.New("not a URL")
+		return "", errors.New("not a URL")
 	case u.Scheme != "http" && u.Scheme != "https":
 		if u.Scheme == "" {
-			return errors.New("not an absolute URL: want http:// or https://")
+			return "", errors.New("not an absolute URL: want http:// or https://")
 		}
-		return fmt.Errorf("scheme %q: want http or https", u.Scheme)
+		return "", fmt.Errorf("scheme %q: want http or https", u.Scheme)
 	case u.Hostname() == "":
-		return errors.New("no host")
+		return "", errors.New("no host")
 	}
-	return nil
+	return strings.ToLower(u.Hostname()), nil
 }

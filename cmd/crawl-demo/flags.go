@@ -187,7 +187,7 @@ func (c *config) validate(fs *flag.FlagSet) error {
 		c.redis = rc
 	}
 	if c.target != "" {
-		if err := checkURL(c.target); err != nil {
+		if _, err := checkURL(c.target); err != nil {
 			return usagef("-target %q: %v", c.target, err)
 		}
 	}

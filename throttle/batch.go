@@ -149,16 +149,19 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	if st.Paused > 0 { // keep the fleet's pause locally too, for a fallback
 		_, _ = t.local.Pause(ctx, tg.name, st.Paused)
 	}
+	liveness := t.liveness(tg)
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
-	tg.heard = now
+	if st.Live > 0 { // an answer without a count (lost in a restart) tells nothing of the fleet
+		tg.heard = now
+	}
 	if tg.joined.IsZero() || st.Joined {
 		tg.joined, tg.alone = now, st.Live == 1
 	}
 	// A fresh low count (say, right after Redis restarted empty) must not
 	// raise this process's fallback share: the largest count wins until it
 	// has gone unconfirmed for a whole liveness period.
-	if st.Live > 0 && (st.Live >= tg.live || now.Sub(tg.liveAt) > tg.liveness()) {
+	if st.Live > 0 && (st.Live >= tg.live || now.Sub(tg.liveAt) > liveness) {
 		tg.live = max(st.Live, 1)
 		tg.liveAt = now
 	}
@@ -168,6 +171,13 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	return st, mid, nil
 }
 
-// liveness is how long a live count stays good: the store's default
-// heartbeat liveness.
-func (tg *target) liveness() time.Duration { return livenessFor(defaultLiveness, tg.lim.Window) }
+// liveness is how long the store counts a process as live on tg after its
+// last mark: the store's liveness (a RedisStore's WithLiveness, else the
+// default) for tg's window.
+func (t *Throttler) liveness(tg *target) time.Duration {
+	base := defaultLiveness
+	if s, ok := t.store.(interface{ livenessBase() time.Duration }); ok {
+		base = s.livenessBase()
+	}
+	return livenessFor(base, tg.lim.Window)
+}

@@ -117,23 +117,27 @@ func (t *Throttler) horizon(tg *target) time.Duration {
 
 // share is this process's part of tg's limit while the store is down: N
 // divided by the live processes. known is false when no share is safe, and
-// the process then waits for the store. With s = shareSpan(tg):
-//   - the store never said how many processes share the target, or its
-//     last answer came more than s before this process noticed the
+// the process then waits for the store. With s = shareSpan(tg), half the
+// liveness L:
+//   - the store never gave a count of the processes sharing the target, or
+//     its last count came more than s before this process noticed the
 //     failure: processes may have joined since;
-//   - this process joined the target (or came back to it after the store
-//     dropped it from the count) less than s before the store last
-//     answered it, and others were live then: they may not have heard of
-//     it before the failure;
+//   - this process joined the target's count (or came back to it after it
+//     dropped out) less than s before its last count, and others were
+//     counted then: they may not have heard of it before the failure;
 //   - the processes outnumber the limit's units (a longer window per
 //     process would bound the average, not the count in one window).
 //
-// When the first two hold for processes P and J, P heard the store after J
-// joined (the failure came after J's last answer, which came s after J
-// joined, and P's last answer came less than s before the failure), so P's
-// count includes J: every process with a share counted every other one,
-// and the shares add up to N at most. A process that joined alone needs no
-// wait: every process live now joined after it, and counted it.
+// When the first two hold for processes P and J, and the failure came at
+// X: P counted J, since P's last count came after X - s, and J joined
+// before its own last count minus s, so before X - s. And J counted P: a
+// process marks itself at least every L/4 while it calls, so P's mark is
+// at most s + L/4 = 3L/4 old at J's last count, still in the count. So
+// every process with a share counted every other one, and the shares add
+// up to N at most. A process that joined alone needs no wait: every
+// process with a share now had a mark less than 3L/4 old when it joined,
+// so there was none. The argument holds for processes that share a rule,
+// a margin (the liveness grows with the window) and a store liveness.
 func (t *Throttler) share(tg *target) (l Limit, known bool) {
 	s := t.shareSpan(tg)
 	tg.mu.Lock()
@@ -144,11 +148,11 @@ func (t *Throttler) share(tg *target) (l Limit, known bool) {
 }
 
 // shareSpan is how recent a process's fleet count must be for a share, and
-// how long it must have been in the fleet: two horizons. A process with
-// waiters calls the store about once per horizon (each books up to a
-// horizon ahead and calls again when its slot comes), plus the time its
-// calls take.
-func (t *Throttler) shareSpan(tg *target) time.Duration { return 2 * t.horizon(tg) }
+// how long before it the process must have joined: half the liveness
+// (at least two windows). A process with waiters calls the store about once
+// per window (each books up to a window ahead and calls again when its slot
+// comes), so its count stays fresh.
+func (t *Throttler) shareSpan(tg *target) time.Duration { return t.liveness(tg) / 2 }
 
 func (tg *target) shareLocked() Limit {
 	live := max(tg.live, 1)

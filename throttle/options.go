@@ -54,11 +54,12 @@ const (
 	// admissions count too; the target may be held for up to about two
 	// windows after a recovery. A process waits for the store, as
 	// FailClosed does, when no share is safe: it never heard how many
-	// processes share the target, or its last answer came more than two
-	// horizons before the failure (others may have joined since), or it
-	// joined the target's live processes (first, or again after it dropped
-	// out of the count) less than two horizons before its last answer and
-	// was not alone then (the others may not have counted it), or the
+	// processes share the target, or its last count came more than half
+	// the store's liveness before the failure (5 s by default, two windows
+	// if longer: others may have joined since), or it joined the target's
+	// live processes (first, or again after it dropped out of the count)
+	// less than that before its last count and was not alone then (the
+	// others may not have counted it), or the
 	// processes outnumber the limit's units, or a request asks for more
 	// units than the share. The store is probed on a fresh connection once
 	// every ProbeInterval for all targets.

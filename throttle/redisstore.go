@@ -121,7 +121,7 @@ func WithKeyPrefix(p string) RedisOption {
 }
 
 // WithLiveness sets how long a process counts as live on a target after its
-// last call (default 10s, and never less than twice the window; a process
+// last call (default 10s, and never less than four windows; a process
 // marks itself live on its first call for a target and then every quarter
 // of the liveness at most, so the count may keep it a quarter less). Every
 // call reads the live count stored by the latest mark of any process, which
@@ -426,6 +426,9 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 		}
 	}
 	rt.full.Store(vals[0] == 0 && vals[3] == 0) // nothing remains, and not for a pause
+	if vals[2] == 0 {
+		rt.marked.Store(0) // the store has no count (lost in a restart): mark on the next call
+	}
 	reset := vals[1]
 	window := us(lim.Window)
 	var tail int64
@@ -484,8 +487,14 @@ func (rt *redisTarget) heartbeatDue(liveness time.Duration) int64 {
 const defaultLiveness = 10 * time.Second
 
 // livenessFor is how long a process counts as live on a target whose
-// window is w, with a store's liveness base: never less than two windows.
-func livenessFor(base, w time.Duration) time.Duration { return max(base, 2*w) }
+// window is w, with a store's liveness base: never less than four windows,
+// so that half of it, how long a fallback share stays good after the
+// store's last answer, spans a waiter's sleep of up to a window and more.
+func livenessFor(base, w time.Duration) time.Duration { return max(base, 4*w) }
+
+// livenessBase is the store's liveness before livenessFor; the Throttler
+// reckons its fallback shares with it.
+func (s *RedisStore) livenessBase() time.Duration { return s.liveness }
 
 // maxRedisTargets bounds the per-target bookkeeping of a crawl over many
 // targets: every maxRedisTargets new targets, those idle for a minute are

@@ -103,13 +103,13 @@ func (q *hostQueue) take(ctx context.Context) (job, bool) {
 	}
 }
 
-// done gives back the worker that took j.
+// done gives back the worker that took j. No one waits for it: take
+// waits only for a job, put only for room.
 func (q *hostQueue) done(j job) {
 	q.mu.Lock()
 	if q.busy[j.host]--; q.busy[j.host] <= 0 {
 		delete(q.busy, j.host)
 	}
-	q.signal()
 	q.mu.Unlock()
 }
 

@@ -797,3 +797,30 @@ func TestJoinedTellsWhenAProcessEntersTheCount(t *testing.T) {
 	require.True(t, st.Joined, "b came back")
 	require.Equal(t, 2, st.Live)
 }
+
+// TestAShareHolderIsStillCountedWhenANewcomerJoins: a process keeps a
+// fallback share for half the liveness after its last answer, and its
+// last mark may be older than that answer; the liveness (four windows at
+// least) keeps it in the count meanwhile, so a newcomer does not join an
+// empty count and take the whole limit beside it.
+func TestAShareHolderIsStillCountedWhenANewcomerJoins(t *testing.T) {
+	p, client, clock := fakeClockStore(t) // the default liveness, 10 s
+	j, err := NewRedisStore(client, WithKeyPrefix(p.prefix))
+	require.NoError(t, err)
+	j.now = p.now
+	ctx := context.Background()
+	lim := Limit{Limit: 4, Window: 5*time.Second + DefaultMargin}
+	reserve := func(s *RedisStore) State {
+		t.Helper()
+		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, make([]Grant, 1))
+		require.NoError(t, err)
+		return st
+	}
+	require.Equal(t, 1, reserve(p).Live, "p marks itself, alone")
+	clock.Advance(2400 * time.Millisecond)
+	reserve(p) // answered, not marked: a mark is due a quarter of the liveness later
+	clock.Advance(7800 * time.Millisecond)
+	st := reserve(j) // 10.2 s after p's mark, 7.8 s after p's last answer
+	require.True(t, st.Joined)
+	require.Equal(t, 2, st.Live, "p, whose share holds until half the liveness after its last answer, is still counted")
+}

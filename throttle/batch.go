@@ -174,10 +174,4 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 // liveness is how long the store counts a process as live on tg after its
 // last mark: the store's liveness (a RedisStore's WithLiveness, else the
 // default) for tg's window.
-func (t *Throttler) liveness(tg *target) time.Duration {
-	base := defaultLiveness
-	if s, ok := t.store.(interface{ livenessBase() time.Duration }); ok {
-		base = s.livenessBase()
-	}
-	return livenessFor(base, tg.lim.Window)
-}
+func (t *Throttler) liveness(tg *target) time.Duration { return livenessFor(t.baseLive, tg.lim.Window) }

@@ -23,7 +23,8 @@ type Throttler struct {
 	rules     *Rules
 	store     Store
 	ownsStore bool
-	local     *MemoryStore // the fallback's log, on the local clock
+	baseLive  time.Duration // the store's liveness, before livenessFor
+	local     *MemoryStore  // the fallback's log, on the local clock
 	closed    atomic.Bool
 
 	hosts     sync.Map // raw host -> *hostEntry
@@ -123,6 +124,10 @@ func New(rules *Rules, opts ...Option) (*Throttler, error) {
 		t.store, t.ownsStore = NewMemoryStore(WithMemoryClock(c.now)), true
 	}
 	t.local = NewMemoryStore(WithMemoryClock(c.now))
+	t.baseLive = defaultLiveness
+	if s, ok := t.store.(interface{ livenessBase() time.Duration }); ok {
+		t.baseLive = s.livenessBase() // a RedisStore's WithLiveness
+	}
 	return t, nil
 }
 

@@ -59,10 +59,10 @@ const (
 	// if longer: others may have joined since), or it joined the target's
 	// live processes (first, or again after it dropped out of the count)
 	// less than that before its last count and was not alone then (the
-	// others may not have counted it), or the
-	// processes outnumber the limit's units, or a request asks for more
-	// units than the share. The store is probed on a fresh connection once
-	// every ProbeInterval for all targets.
+	// others may not have counted it), or the processes outnumber the
+	// limit's units, or a request asks for more units than the share. The
+	// store is probed on a fresh connection once every ProbeInterval for
+	// all targets.
 	//
 	// What FailLocal cannot see: a process that made no call for a target
 	// during the outage (one that starts right after Redis restarted empty,

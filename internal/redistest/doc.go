@@ -5,6 +5,9 @@
 // Restart it on the same port to exercise reconnects and data loss.
 // StartCluster runs three redis-server processes as a Redis Cluster of three
 // masters (no replicas) that together own all 16384 hash slots.
+// StartSentinel runs a Redis Sentinel that monitors a started server (give
+// that one a replica, started with "--replicaof", and killing it makes the
+// Sentinel promote the replica).
 //
 // The helpers never use a mock and never touch a shared server such as
 // 127.0.0.1:6379: every test gets its own processes, and KeyPrefix gives

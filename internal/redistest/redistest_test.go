@@ -137,6 +137,28 @@ func TestStartCluster(t *testing.T) {
 	}
 }
 
+func TestStartSentinel(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	master := redistest.StartServer(t)
+	sentinel := redistest.StartSentinel(t, master, "m1")
+	require.NotEqual(t, master.Addr, sentinel.Addr)
+
+	rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m1", SentinelAddrs: []string{sentinel.Addr}})
+	t.Cleanup(func() { rdb.Close() })
+	key := redistest.KeyPrefix(t) + "k"
+	require.NoError(t, rdb.Set(ctx, key, "v", time.Minute).Err())
+	got, err := master.Client(t).Get(ctx, key).Result()
+	require.NoError(t, err, "the Sentinel led the client to the master")
+	require.Equal(t, "v", got)
+
+	sc := redis.NewSentinelClient(&redis.Options{Addr: sentinel.Addr})
+	t.Cleanup(func() { sc.Close() })
+	addr, err := sc.GetMasterAddrByName(ctx, "m1").Result()
+	require.NoError(t, err)
+	require.Equal(t, master.Addr, addr[0]+":"+addr[1])
+}
+
 func TestKeyPrefix(t *testing.T) {
 	t.Parallel()
 	a, b := redistest.KeyPrefix(t), redistest.KeyPrefix(t)

@@ -47,6 +47,7 @@ type Server struct {
 	dir  string   // the server's own temporary directory
 	port int      // fixed once StartServer returns
 	args []string // arguments after the defaults, including extraArgs
+	conf string   // a config file's text, for a Sentinel (which needs one); "" for none
 
 	mu      sync.Mutex
 	proc    *process // nil while the server is killed
@@ -73,7 +74,12 @@ func StartServer(tb testing.TB, extraArgs ...string) *Server {
 // picks a port whose cluster bus port, port+10000, is free as well.
 func startServer(tb testing.TB, cluster bool, extraArgs []string) *Server {
 	tb.Helper()
-	s := &Server{bin: lookBinary(tb, "redis-server"), dir: tb.TempDir()}
+	return launchNew(tb, &Server{bin: lookBinary(tb, "redis-server"), dir: tb.TempDir()}, cluster, extraArgs)
+}
+
+// launchNew starts s, whose bin, dir and conf are set, on a free port.
+func launchNew(tb testing.TB, s *Server, cluster bool, extraArgs []string) *Server {
+	tb.Helper()
 	if cluster {
 		s.args = append(s.args,
 			"--cluster-enabled", "yes",
@@ -203,7 +209,19 @@ func (s *Server) launch() error {
 	}
 	defer out.Close()
 
-	args := append([]string{
+	var args []string
+	if s.conf != "" {
+		// Written once: a Sentinel rewrites it with what it learns, and a
+		// restarted one reads that back.
+		conf := filepath.Join(s.dir, "sentinel.conf")
+		if _, err := os.Stat(conf); err != nil {
+			if err := os.WriteFile(conf, []byte(s.conf), 0o600); err != nil {
+				return err
+			}
+		}
+		args = []string{conf, "--sentinel"}
+	}
+	args = append(args, []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
@@ -212,7 +230,8 @@ func (s *Server) launch() error {
 		"--daemonize", "no",
 		"--save", "",
 		"--appendonly", "no",
-	}, s.args...)
+	}...)
+	args = append(args, s.args...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
 	cmd.Stdout, cmd.Stderr = out, out

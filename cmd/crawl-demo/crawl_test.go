@@ -335,6 +335,38 @@ func TestCrawlOnACluster(t *testing.T) {
 	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, 500*time.Millisecond), 5)
 }
 
+// TestCrawlThroughSentinel: a -redis URL with master_name finds the master
+// through a Sentinel. When the master dies mid-crawl the Sentinel promotes
+// its replica; the crawl goes on through the fallback and comes back to the
+// store on the new master, and the site never sees more than the rule.
+func TestCrawlThroughSentinel(t *testing.T) {
+	master := redistest.StartServer(t)
+	replica := redistest.StartServer(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(master.Addr, "127.0.0.1:"))
+	sentinel := redistest.StartSentinel(t, master, "fleet")
+	site := fakesite.New(fakesite.Config{})
+	srv := httptest.NewServer(site)
+	defer srv.Close()
+	file, urls := urlFile(t, srv.URL, "s", 60) // 6 s: the failover takes 2-3
+	done := make(chan outcome, 1)
+	go func() {
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), []string{"-urls", file, "-rule", "127.0.0.1=10/1s",
+			"-redis", "redis://" + sentinel.Addr + "?master_name=fleet"}, strings.NewReader(""), &stdout, &stderr)
+		done <- outcome{code: code, stdout: stdout.String(), stderr: stderr.String()}
+	}()
+	time.Sleep(time.Second) // some of the crawl decided on the first master
+	master.Kill(t)
+	got := <-done
+	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+	require.Len(t, decodeLines(t, got.stdout), len(urls))
+	require.Contains(t, got.stderr, "store failed; deciding by the failure policy")
+	require.Contains(t, got.stderr, "store is back; deciding by the store again", "the promoted replica took over")
+	role, err := replica.Client(t).Do(context.Background(), "ROLE").Slice()
+	require.NoError(t, err)
+	require.Equal(t, "master", role[0], "the Sentinel promoted the replica")
+	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, time.Second), 10)
+}
+
 // TestCrawlNeverShowsAURLsPassword: a password in a URL is shown as
 // "xxxxx" in its output line, its error and the debug log, whether the
 // fetch works or not.

@@ -104,7 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.urls, "urls", "", "crawl the URLs in `FILE`, one per line (- for stdin) instead of running the demo")
 	fs.StringVar(&cfg.out, "out", "", "write the JSON Lines results to `FILE` (default stdout)")
 	// A plain string: the flag package would quote a bad value, password and all.
-	fs.StringVar(&cfg.redisURL, "redis", "", "share the quota through Redis at `URL`: redis://[USER:PASSWORD@]HOST:PORT[/DB] or rediss://…; several addr=HOST:PORT query parameters make it a Cluster (default: a store inside this process)")
+	fs.StringVar(&cfg.redisURL, "redis", "", "share the quota through Redis at `URL`: redis://[USER:PASSWORD@]HOST:PORT[/DB] or rediss://…; several addr=HOST:PORT query parameters make it a Cluster; master_name=NAME makes HOST:PORT and the addrs Sentinels, the master's password then in password=… (default: a store inside this process)")
 	fs.Var(&cfg.rules, "rule", "limit for the targets matching PATTERN (a host, an IP or *.domain): `PATTERN=N/DURATION[,gap=DURATION]`, e.g. example.com=10/1s or *.example.org=100/1m,gap=200ms (repeatable)")
 	fs.Var(&cfg.def, "default", "limit for the targets no -rule matches: `N/DURATION[,gap=DURATION]`")
 	fs.IntVar(&cfg.workers, "workers", defaultWorkers, "concurrent fetches, at least 1 (the demo: per group, and 4 unless set)")

@@ -71,6 +71,8 @@ func TestRedisURLNeverShowsThePassword(t *testing.T) {
 		{"bad port", "redis://alice:s3cret@host:notaport"},
 		{"unknown option", "redis://alice:s3cret@host?frob=1"},
 		{"cluster with unknown option", "redis://alice:s3cret@host:7000?addr=host:7001&frob=1"},
+		{"sentinel with unknown option", "redis://alice:s3cret@host:26379?master_name=m&password=s3cret&frob=1"},
+		{"password in the query of a single node", "redis://alice:s3cret@host:6379?password=s3cret"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -89,6 +91,7 @@ func TestParseRedisURL(t *testing.T) {
 		url       string
 		shown     string
 		cluster   bool
+		master    string // a Sentinel URL's master_name
 		addrs     []string
 		db        int
 		user      string
@@ -104,12 +107,32 @@ func TestParseRedisURL(t *testing.T) {
 		{name: "the URL's own retries win", url: "redis://localhost?max_retries=2", shown: "redis://localhost?max_retries=2", addrs: []string{"localhost:6379"}, retries: 2, dialRetry: 1},
 		{name: "cluster", url: "redis://u:p@n1:7000?addr=n2:7001&addr=n3:7002", shown: "redis://***@n1:7000?addr=n2:7001&addr=n3:7002",
 			cluster: true, addrs: []string{"n1:7000", "n2:7001", "n3:7002"}, user: "u", pass: "p", retries: -1, dialRetry: 1},
+		{name: "sentinel", url: "redis://su:sp@s1:26379/3?master_name=fleet&addr=s2:26379&password=mp",
+			shown:  "redis://***@s1:26379/3?master_name=fleet&addr=s2:26379&password=***",
+			master: "fleet", addrs: []string{"s1:26379", "s2:26379"}, db: 3, user: "su", pass: "sp", retries: -1, dialRetry: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rc, err := parseRedisURL(tt.url)
 			require.NoError(t, err)
 			require.Equal(t, tt.shown, rc.shown)
+			if tt.master != "" {
+				require.Nil(t, rc.single)
+				require.Nil(t, rc.cluster)
+				o := rc.failover
+				require.Equal(t, tt.master, o.MasterName)
+				require.Equal(t, tt.addrs, o.SentinelAddrs)
+				require.Equal(t, tt.db, o.DB)
+				require.Equal(t, tt.user, o.SentinelUsername)
+				require.Equal(t, tt.pass, o.SentinelPassword)
+				require.Equal(t, "mp", o.Password, "the master's password comes from the query")
+				require.Equal(t, tt.retries, o.MaxRetries)
+				require.Equal(t, tt.dialRetry, o.DialerRetries)
+				require.Equal(t, redisDialTimeout, o.DialTimeout)
+				require.True(t, o.ContextTimeoutEnabled)
+				return
+			}
+			require.Nil(t, rc.failover)
 			if tt.cluster {
 				require.Nil(t, rc.single)
 				o := rc.cluster
@@ -142,6 +165,8 @@ func TestRedact(t *testing.T) {
 		{"redis://alice:pw@localhost:6379/0", "redis://***@localhost:6379/0"},
 		{"redis://:p@ss@host", "redis://***@host"},
 		{"alice:pw@host:6379", "***@host:6379"},
+		{"redis://s:1?master_name=m&password=pw&Sentinel_Password=x&db=1", "redis://s:1?master_name=m&password=***&Sentinel_Password=***&db=1"},
+		{"redis://:a?b@s:1?password=pw", "redis://***@s:1?password=***"},
 		{"", ""},
 	}
 	for _, tt := range tests {

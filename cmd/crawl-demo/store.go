@@ -24,16 +24,20 @@ const (
 	redisDialRetries = 1
 )
 
-// redisConfig is a parsed -redis URL: a single node or a Cluster.
+// redisConfig is a parsed -redis URL: a single node, a Cluster, or a master
+// found through Sentinel.
 type redisConfig struct {
-	shown   string // the URL without its user and password, for messages
-	single  *redis.Options
-	cluster *redis.ClusterOptions
+	shown    string // the URL without its user and password, for messages
+	single   *redis.Options
+	cluster  *redis.ClusterOptions
+	failover *redis.FailoverOptions
 }
 
-// parseRedisURL reads a redis:// or rediss:// URL with redis.ParseURL, or
-// with redis.ParseClusterURL when it has addr query parameters. Its errors
-// never contain the user or the password.
+// parseRedisURL reads a redis:// or rediss:// URL: with
+// redis.ParseFailoverURL when it has a master_name query parameter (the
+// URL's hosts are then Sentinels), else with redis.ParseClusterURL when it
+// has addr query parameters, else with redis.ParseURL. Its errors never
+// contain the user or the password.
 func parseRedisURL(raw string) (*redisConfig, error) {
 	shown := redact(raw)
 	u, err := url.Parse(raw)
@@ -48,25 +52,23 @@ func parseRedisURL(raw string) (*redisConfig, error) {
 	}
 	q := u.Query()
 	rc := &redisConfig{shown: shown}
-	if q.Has("addr") {
-		rc.cluster, err = redis.ParseClusterURL(raw)
-		if err == nil {
-			o := rc.cluster
-			o.ContextTimeoutEnabled = true
-			o.MaintNotificationsConfig = noMaintNotifications()
-			o.DialTimeout = orDefault(q, "dial_timeout", o.DialTimeout, redisDialTimeout)
-			o.MaxRetries = orDefault(q, "max_retries", o.MaxRetries, redisMaxRetries)
-			o.DialerRetries = orDefault(q, "dialer_retries", o.DialerRetries, redisDialRetries)
+	switch {
+	case q.Has("master_name"):
+		if rc.failover, err = redis.ParseFailoverURL(raw); err == nil {
+			o := rc.failover
+			settle(q, &o.ContextTimeoutEnabled, &o.DialTimeout, &o.MaxRetries, &o.DialerRetries)
 		}
-	} else {
-		rc.single, err = redis.ParseURL(raw)
-		if err == nil {
-			o := rc.single
-			o.ContextTimeoutEnabled = true
+	case q.Has("addr"):
+		if rc.cluster, err = redis.ParseClusterURL(raw); err == nil {
+			o := rc.cluster
 			o.MaintNotificationsConfig = noMaintNotifications()
-			o.DialTimeout = orDefault(q, "dial_timeout", o.DialTimeout, redisDialTimeout)
-			o.MaxRetries = orDefault(q, "max_retries", o.MaxRetries, redisMaxRetries)
-			o.DialerRetries = orDefault(q, "dialer_retries", o.DialerRetries, redisDialRetries)
+			settle(q, &o.ContextTimeoutEnabled, &o.DialTimeout, &o.MaxRetries, &o.DialerRetries)
+		}
+	default:
+		if rc.single, err = redis.ParseURL(raw); err == nil {
+			o := rc.single
+			o.MaintNotificationsConfig = noMaintNotifications()
+			settle(q, &o.ContextTimeoutEnabled, &o.DialTimeout, &o.MaxRetries, &o.DialerRetries)
 		}
 	}
 	if err != nil {
@@ -83,6 +85,16 @@ func noMaintNotifications() *maintnotifications.Config {
 	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 }
 
+// settle applies the client settings a fleet's store needs: context
+// timeouts on, and this package's dial timeout and retries unless the URL's
+// query sets them.
+func settle(q url.Values, ctxTimeouts *bool, dialTimeout *time.Duration, retries, dialRetries *int) {
+	*ctxTimeouts = true
+	*dialTimeout = orDefault(q, "dial_timeout", *dialTimeout, redisDialTimeout)
+	*retries = orDefault(q, "max_retries", *retries, redisMaxRetries)
+	*dialRetries = orDefault(q, "dialer_retries", *dialRetries, redisDialRetries)
+}
+
 // orDefault returns v when the URL's query sets key, def otherwise.
 func orDefault[T any](q url.Values, key string, v, def T) T {
 	if q.Has(key) {
@@ -94,16 +106,24 @@ func orDefault[T any](q url.Values, key string, v, def T) T {
 // client returns a new client: each call is a separate connection pool, as
 // in a separate process.
 func (rc *redisConfig) client() redis.UniversalClient {
-	if rc.cluster != nil {
+	switch {
+	case rc.cluster != nil:
 		return redis.NewClusterClient(rc.cluster)
+	case rc.failover != nil:
+		return redis.NewFailoverClient(rc.failover)
 	}
 	return redis.NewClient(rc.single)
 }
 
 // redact returns raw with everything between "://" and the last '@' (the
-// user and password) replaced by "***". It works on strings that do not
-// parse as URLs too.
+// user and password) replaced by "***", and so the value of every query
+// parameter whose name holds "password" (a Sentinel URL's master password).
+// It works on strings that do not parse as URLs too.
 func redact(raw string) string {
+	return redactQuery(redactUser(raw))
+}
+
+func redactUser(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
 		scheme, rest = "", raw
@@ -118,15 +138,41 @@ func redact(raw string) string {
 	return "***" + rest[at:]
 }
 
-// scrub removes raw, its user and its password from msg.
+func redactQuery(raw string) string {
+	base, query, ok := strings.Cut(raw, "?")
+	if !ok {
+		return raw
+	}
+	params := strings.Split(query, "&")
+	for i, p := range params {
+		if k, _, ok := strings.Cut(p, "="); ok && secretParam(k) {
+			params[i] = k + "=***"
+		}
+	}
+	return base + "?" + strings.Join(params, "&")
+}
+
+// secretParam reports whether a URL query parameter named k holds a secret.
+func secretParam(k string) bool {
+	return strings.Contains(strings.ToLower(k), "password")
+}
+
+// scrub removes raw, its user and its passwords from msg.
 func scrub(msg, raw string, u *url.URL) string {
 	msg = strings.ReplaceAll(msg, raw, redact(raw))
+	var secrets []string
 	if u.User != nil {
-		if p, ok := u.User.Password(); ok && p != "" {
-			msg = strings.ReplaceAll(msg, p, "***")
+		p, _ := u.User.Password()
+		secrets = append(secrets, p, u.User.Username())
+	}
+	for k, vs := range u.Query() {
+		if secretParam(k) {
+			secrets = append(secrets, vs...)
 		}
-		if n := u.User.Username(); n != "" {
-			msg = strings.ReplaceAll(msg, n, "***")
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "***")
 		}
 	}
 	return msg

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -111,50 +112,44 @@ func TestParseRedisURL(t *testing.T) {
 			shown:  "redis://***@s1:26379/3?master_name=fleet&addr=s2:26379&password=***",
 			master: "fleet", addrs: []string{"s1:26379", "s2:26379"}, db: 3, user: "su", pass: "sp", retries: -1, dialRetry: 1},
 	}
+	// What every kind of client is checked for, whichever options hold it.
+	type settings struct {
+		master      string
+		addrs       []string
+		db          int
+		user, pass  string
+		tls         bool
+		retries     int
+		dialRetry   int
+		dialTimeout time.Duration
+		ctxTimeouts bool
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rc, err := parseRedisURL(tt.url)
 			require.NoError(t, err)
 			require.Equal(t, tt.shown, rc.shown)
-			if tt.master != "" {
-				require.Nil(t, rc.single)
-				require.Nil(t, rc.cluster)
+			var got settings
+			switch {
+			case tt.master != "":
+				require.True(t, rc.single == nil && rc.cluster == nil)
 				o := rc.failover
-				require.Equal(t, tt.master, o.MasterName)
-				require.Equal(t, tt.addrs, o.SentinelAddrs)
-				require.Equal(t, tt.db, o.DB)
-				require.Equal(t, tt.user, o.SentinelUsername)
-				require.Equal(t, tt.pass, o.SentinelPassword)
 				require.Equal(t, "mp", o.Password, "the master's password comes from the query")
-				require.Equal(t, tt.retries, o.MaxRetries)
-				require.Equal(t, tt.dialRetry, o.DialerRetries)
-				require.Equal(t, redisDialTimeout, o.DialTimeout)
-				require.True(t, o.ContextTimeoutEnabled)
-				return
-			}
-			require.Nil(t, rc.failover)
-			if tt.cluster {
-				require.Nil(t, rc.single)
+				got = settings{o.MasterName, o.SentinelAddrs, o.DB, o.SentinelUsername, o.SentinelPassword, o.TLSConfig != nil,
+					o.MaxRetries, o.DialerRetries, o.DialTimeout, o.ContextTimeoutEnabled}
+			case tt.cluster:
+				require.True(t, rc.single == nil && rc.failover == nil)
 				o := rc.cluster
-				require.Equal(t, tt.addrs, o.Addrs)
-				require.Equal(t, tt.user, o.Username)
-				require.Equal(t, tt.pass, o.Password)
-				require.Equal(t, tt.retries, o.MaxRetries)
-				require.Equal(t, tt.dialRetry, o.DialerRetries)
-				require.True(t, o.ContextTimeoutEnabled)
-				return
+				got = settings{"", o.Addrs, 0, o.Username, o.Password, o.TLSConfig != nil,
+					o.MaxRetries, o.DialerRetries, o.DialTimeout, o.ContextTimeoutEnabled}
+			default:
+				require.True(t, rc.cluster == nil && rc.failover == nil)
+				o := rc.single
+				got = settings{"", []string{o.Addr}, o.DB, o.Username, o.Password, o.TLSConfig != nil,
+					o.MaxRetries, o.DialerRetries, o.DialTimeout, o.ContextTimeoutEnabled}
 			}
-			require.Nil(t, rc.cluster)
-			o := rc.single
-			require.Equal(t, tt.addrs, []string{o.Addr})
-			require.Equal(t, tt.db, o.DB)
-			require.Equal(t, tt.user, o.Username)
-			require.Equal(t, tt.pass, o.Password)
-			require.Equal(t, tt.tls, o.TLSConfig != nil)
-			require.Equal(t, tt.retries, o.MaxRetries)
-			require.Equal(t, tt.dialRetry, o.DialerRetries)
-			require.Equal(t, redisDialTimeout, o.DialTimeout)
-			require.True(t, o.ContextTimeoutEnabled)
+			require.Equal(t, settings{tt.master, tt.addrs, tt.db, tt.user, tt.pass, tt.tls,
+				tt.retries, tt.dialRetry, redisDialTimeout, true}, got)
 		})
 	}
 }

@@ -111,6 +111,8 @@ func TestNormalize(t *testing.T) {
 		{"[2001:DB8::1]:443", "2001:db8::1"},
 		{"2001:db8:0:0::1", "2001:db8::1"},
 		{"127.0.0.1:80", "127.0.0.1"},
+		{"[::ffff:127.0.0.1]:80", "127.0.0.1"}, // IPv4-mapped: the same host
+		{"::FFFF:7f00:1", "127.0.0.1"},
 		{"bücher.example", "xn--bcher-kva.example"},
 		{"localhost", "localhost"},
 	}

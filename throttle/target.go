@@ -59,7 +59,8 @@ func (m KeyMode) String() string {
 
 // Normalize returns the canonical form of a host, a host:port, a bracketed
 // IPv6 literal or an IP: lower case, port and trailing dot dropped,
-// internationalised names in ASCII (punycode), IPv6 in its compressed form.
+// internationalised names in ASCII (punycode), IPv6 in its compressed form,
+// an IPv4-mapped IPv6 address (::ffff:1.2.3.4) as its IPv4 address.
 // It is what every quota is keyed by (before any grouping by KeyMode).
 func Normalize(host string) (string, error) {
 	return normalizeHost(host)
@@ -83,7 +84,8 @@ func normalizeHost(host string) (string, error) {
 		h = hh
 	}
 	if ip, err := netip.ParseAddr(h); err == nil {
-		return ip.WithZone("").String(), nil
+		// An IPv4-mapped IPv6 address is the IPv4 host it maps to.
+		return ip.WithZone("").Unmap().String(), nil
 	}
 	h = strings.TrimSuffix(h, ".")
 	if !utf8.ValidString(h) {

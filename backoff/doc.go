@@ -7,6 +7,7 @@
 //     [ParseRateLimit] reads the IETF RateLimit and the common
 //     X-RateLimit-* fields into a [Hint]. Both cap every wait they return
 //     and reject or ignore what they cannot read; neither guesses.
+//     [ResponseDate] gives the server's clock to read their dates against.
 //   - [Idempotent] and [Retryable] are the retry rules: which requests may
 //     be repeated, and which outcomes are worth repeating.
 //   - [RetryableHTTPBackoff] and [CheckRetry] plug those rules into

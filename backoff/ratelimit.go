@@ -52,8 +52,10 @@ type Hint struct {
 //
 // Each field of the Hint is taken from the first of these sources, in
 // that order, that states it usably. Every value must be 1*DIGIT: a
-// count, or a time in seconds. A reset value above 1e9 is a Unix time in seconds, converted
-// to a wait from now; at or below, it is delta-seconds. A reset in the
+// count, or a time in seconds. A reset value above 1e9 is a Unix time in
+// seconds, converted to a wait from now (pass the server's clock,
+// [ResponseDate], where the response has one); at or below, it is
+// delta-seconds. A reset in the
 // past means 0. Resets are capped at maxWait (maxWait <= 0 means
 // [DefaultMaxRetryAfter]).
 //

@@ -10,7 +10,7 @@ import (
 
 // RetryableHTTPBackoff returns a retryablehttp.Backoff that waits as a 429
 // or 503 response's Retry-After field asks, read by [ParseRetryAfter]
-// against the wall clock and capped at maxWait (maxWait <= 0 means
+// against the server's clock ([ResponseDate]) and capped at maxWait (maxWait <= 0 means
 // [DefaultMaxRetryAfter]). Without a valid Retry-After it waits
 // p.Delay(attemptNum, prev), where prev, which only DecorrelatedJitter
 // uses, is the unjittered delay of the previous attempt, since
@@ -24,7 +24,7 @@ func RetryableHTTPBackoff(p *Exponential, maxWait time.Duration) retryablehttp.B
 	}
 	return func(_, _ time.Duration, attemptNum int, resp *http.Response) time.Duration {
 		if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
-			if d, err := ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now(), maxWait); err == nil {
+			if d, err := ParseRetryAfter(resp.Header.Get("Retry-After"), ResponseDate(resp.Header, time.Now()), maxWait); err == nil {
 				return d
 			}
 		}

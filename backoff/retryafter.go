@@ -36,10 +36,18 @@ var httpDates = [...]string{
 // and no fractional seconds. Surrounding spaces and tabs are ignored. A date in the past means 0. The
 // result is capped at maxWait; maxWait <= 0 means [DefaultMaxRetryAfter].
 //
-// Nothing is guessed: an empty value, a sign, a fraction, any other text,
-// or a number of seconds that overflows a time.Duration yields 0 and an
-// error wrapping [ErrInvalidRetryAfter] that quotes the value, truncated
-// and with control bytes escaped.
+// Delta-seconds has no upper bound (RFC 9111 §1.2.2 reads a larger value
+// as the largest it can hold): a number of seconds too large for a
+// time.Duration, however many digits, asks for the longest wait, maxWait.
+//
+// An HTTP-date is read against now, which should be the server's clock
+// when it is known (the response's Date field, see [ResponseDate]), not
+// the local one: a local clock a few seconds off would shorten or
+// lengthen every such wait by as much.
+//
+// Nothing is guessed: an empty value, a sign, a fraction or any other text
+// yields 0 and an error wrapping [ErrInvalidRetryAfter] that quotes the
+// value, truncated and with control bytes escaped.
 func ParseRetryAfter(value string, now time.Time, maxWait time.Duration) (time.Duration, error) {
 	if maxWait <= 0 {
 		maxWait = DefaultMaxRetryAfter
@@ -51,7 +59,7 @@ func ParseRetryAfter(value string, now time.Time, maxWait time.Duration) (time.D
 	if digits(v) {
 		secs, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || secs > math.MaxInt64/int64(time.Second) {
-			return 0, invalidRetryAfter(value, "seconds overflow a time.Duration")
+			return maxWait, nil // only digits: too many seconds to count
 		}
 		return min(time.Duration(secs)*time.Second, maxWait), nil
 	}
@@ -63,6 +71,21 @@ func ParseRetryAfter(value string, now time.Time, maxWait time.Duration) (time.D
 		}
 	}
 	return 0, invalidRetryAfter(value, "neither delta-seconds nor an HTTP-date")
+}
+
+// ResponseDate returns the time a response's Date field gives (RFC 9110
+// §6.6.1), or now when it has none that parses: the clock to read the
+// response's HTTP-dates and Unix times against. A Date field has whole
+// seconds and tells when the response was made, so waits measured from it
+// are at most a second and a transit time longer than from an exact clock:
+// never shorter.
+func ResponseDate(h http.Header, now time.Time) time.Time {
+	if v := h.Get("Date"); v != "" {
+		if t, err := http.ParseTime(v); err == nil {
+			return t
+		}
+	}
+	return now
 }
 
 // invalidRetryAfter returns an error wrapping ErrInvalidRetryAfter that

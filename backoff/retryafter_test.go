@@ -34,6 +34,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"custom cap", "600", time.Minute, time.Minute},
 		{"under custom cap", "600", time.Hour, 10 * time.Minute},
 		{"largest duration capped", "9223372036", 0, backoff.DefaultMaxRetryAfter},
+		{"overflows a duration: the longest wait", "9223372037", 0, backoff.DefaultMaxRetryAfter},
+		{"overflows int64: the longest wait", "99999999999999999999999", time.Minute, time.Minute},
 		{"IMF-fixdate past", "Sun, 06 Nov 1994 08:49:37 GMT", 0, 0},
 		{"RFC 850 past", "Sunday, 06-Nov-94 08:49:37 GMT", 0, 0},
 		{"asctime past", "Sun Nov  6 08:49:37 1994", 0, 0},
@@ -68,8 +70,6 @@ func TestParseRetryAfterInvalid(t *testing.T) {
 		{"inner space", "1 20", `backoff: invalid Retry-After "1 20": neither delta-seconds nor an HTTP-date`},
 		{"hex", "0x10", `backoff: invalid Retry-After "0x10": neither delta-seconds nor an HTTP-date`},
 		{"underscore", "1_000", `backoff: invalid Retry-After "1_000": neither delta-seconds nor an HTTP-date`},
-		{"overflows int64", "99999999999999999999999", `backoff: invalid Retry-After "99999999999999999999999": seconds overflow a time.Duration`},
-		{"overflows duration", "9223372037", `backoff: invalid Retry-After "9223372037": seconds overflow a time.Duration`},
 		{"IMF-fixdate not GMT", "Sun, 06 Nov 1994 08:49:37 UTC", `backoff: invalid Retry-After "Sun, 06 Nov 1994 08:49:37 UTC": neither delta-seconds nor an HTTP-date`},
 		{"RFC 850 not GMT", "Sunday, 06-Nov-94 08:49:37 PST", `backoff: invalid Retry-After "Sunday, 06-Nov-94 08:49:37 PST": neither delta-seconds nor an HTTP-date`},
 		{"date with trailing text", "Sun, 06 Nov 1994 08:49:37 GMT x", `backoff: invalid Retry-After "Sun, 06 Nov 1994 08:49:37 GMT x": neither delta-seconds nor an HTTP-date`},
@@ -124,4 +124,20 @@ func FuzzParseRetryAfter(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestResponseDate(t *testing.T) {
+	server := now.Add(-5 * time.Second).Truncate(time.Second)
+	h := http.Header{}
+	require.Equal(t, now, backoff.ResponseDate(h, now), "no Date: the local clock")
+	h.Set("Date", "yesterday")
+	require.Equal(t, now, backoff.ResponseDate(h, now), "an unreadable Date: the local clock")
+	h.Set("Date", server.UTC().Format(http.TimeFormat))
+	require.True(t, server.Equal(backoff.ResponseDate(h, now)), "the server's clock")
+
+	// A Retry-After date read against the server's clock asks for the wait
+	// the server meant, whatever the local clock says.
+	d, err := backoff.ParseRetryAfter(server.Add(7*time.Second).UTC().Format(http.TimeFormat), backoff.ResponseDate(h, now), 0)
+	require.NoError(t, err)
+	require.Equal(t, 7*time.Second, d)
 }

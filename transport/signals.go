@@ -32,11 +32,15 @@ type signals struct {
 func (tr *Transport) observe(ctx context.Context, host string, resp *http.Response, sent time.Time) signals {
 	var sg signals
 	now := tr.cfg.now()
+	// Dates and Unix times in the response are the server's: read them
+	// against its clock, so that a local clock off by seconds does not
+	// shorten the fleet's pause.
+	serverNow := backoff.ResponseDate(resp.Header, now)
 	status := resp.StatusCode
 	hasRetryAfter := false
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
-			d, err := backoff.ParseRetryAfter(v[0], now, tr.cfg.maxRetryAfter)
+			d, err := backoff.ParseRetryAfter(v[0], serverNow, tr.cfg.maxRetryAfter)
 			switch {
 			case err != nil:
 				tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring Retry-After",
@@ -52,7 +56,7 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 		}
 	}
 	if hasRemaining(resp.Header) {
-		hint, _ := backoff.ParseRateLimit(resp.Header, now, tr.cfg.maxRetryAfter)
+		hint, _ := backoff.ParseRateLimit(resp.Header, serverNow, tr.cfg.maxRetryAfter)
 		switch {
 		case hint.Remaining < 0:
 			tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring unusable rate-limit fields", "host", host, "status", status)

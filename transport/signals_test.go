@@ -77,7 +77,9 @@ func TestRetryAfterValues(t *testing.T) {
 		{name: "garbage", status: 503, retryAfter: "soon", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
 		{name: "negative", status: 503, retryAfter: "-5", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
 		{name: "fraction", status: 503, retryAfter: "1.5", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
-		{name: "overflow", status: 503, retryAfter: "99999999999999999999", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
+		{name: "too many seconds to count: the cap", status: 503, retryAfter: "99999999999999999999", lo: transport.DefaultMaxRetryAfter - time.Second, hi: transport.DefaultMaxRetryAfter, wantLog: "DEBUG fleetgate: Retry-After capped"},
+		// The server's clock is 5 s behind this one; its date is 10 s ahead of its clock.
+		{name: "HTTP-date against the server's Date", status: 429, retryAfter: "{date in 10s, Date 5s behind}", lo: 8 * time.Second, hi: 11 * time.Second},
 		// A 429 whose Retry-After is unusable is a 429 without one.
 		{name: "garbage on a 429", status: 429, retryAfter: "soon", lo: transport.DefaultFirstPause/2 - 200*time.Millisecond, hi: transport.DefaultFirstPause, wantLog: "DEBUG fleetgate: ignoring Retry-After"},
 		// Only 429 and 503 say when to come back.
@@ -87,6 +89,9 @@ func TestRetryAfterValues(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				if tt.retryAfter == "{date in 10s, Date 5s behind}" {
+					w.Header().Set("Date", expand("{5s behind}"))
+				}
 				w.Header().Set("Retry-After", expand(tt.retryAfter))
 				w.WriteHeader(tt.status)
 			})
@@ -175,6 +180,7 @@ func TestRateLimitFields(t *testing.T) {
 	}{
 		{name: "none remaining", header: map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "2"}, lo: 1800 * time.Millisecond, hi: 2 * time.Second},
 		{name: "none remaining, reset as Unix time", header: map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "{unix in 3s}"}, lo: 1500 * time.Millisecond, hi: 3 * time.Second},
+		{name: "reset as Unix time, against the server's Date", header: map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "{unix in 3s}", "Date": "{5s behind}"}, lo: 6500 * time.Millisecond, hi: 9 * time.Second},
 		{name: "IETF fields", header: map[string]string{"RateLimit": `"default";r=0;t=2`, "RateLimit-Policy": `"default";q=10;w=60`}, lo: 1800 * time.Millisecond, hi: 2 * time.Second},
 		{name: "some remaining", header: map[string]string{"X-RateLimit-Remaining": "3", "X-RateLimit-Reset": "2"}},
 		{name: "reset capped", header: map[string]string{"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": "3600"}, opts: []transport.Option{transport.WithMaxRetryAfter(time.Second)}, lo: 800 * time.Millisecond, hi: time.Second},
@@ -218,6 +224,10 @@ func expand(v string) string {
 	switch v {
 	case "{date in 10s}":
 		return time.Now().Add(10 * time.Second).UTC().Format(http.TimeFormat)
+	case "{date in 10s, Date 5s behind}": // 5 s ahead of this clock
+		return time.Now().Add(5 * time.Second).UTC().Format(http.TimeFormat)
+	case "{5s behind}":
+		return time.Now().Add(-5 * time.Second).UTC().Format(http.TimeFormat)
 	case "{unix in 3s}":
 		return strconv.FormatInt(time.Now().Add(3*time.Second).Unix(), 10)
 	}

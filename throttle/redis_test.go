@@ -116,6 +116,39 @@ func TestRedisStoreSurvivesScriptFlushAndRestart(t *testing.T) {
 	require.NoError(t, s.Probe(ctx))
 }
 
+// TestProbeWantsAMaster: a replica and a Sentinel answer PING but take no
+// script run; Probe must not report them as a store that is back, or a
+// process would leave its fallback only to fail again, over and over.
+func TestProbeWantsAMaster(t *testing.T) {
+	ctx := context.Background()
+	master := redistest.StartServer(t)
+	replica := redistest.StartServer(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(master.Addr, "127.0.0.1:"))
+	sentinel := redistest.StartSentinel(t, master, "m")
+	for _, tt := range []struct {
+		name, addr, want string
+	}{
+		{"master", master.Addr, ""},
+		{"replica", replica.Addr, "is a slave, not a master"},
+		{"sentinel", sentinel.Addr, "is a sentinel, not a master"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: tt.addr, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { client.Close() })
+			s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+			require.NoError(t, err)
+			err = s.Probe(ctx)
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+			g := make([]Grant, 1)
+			_, err = s.Reserve(ctx, "example.com", Limit{Limit: 10, Window: time.Second}, []Request{{ID: 1, N: 1}}, g)
+			require.Error(t, err, "no script run works there either")
+		})
+	}
+}
+
 // TestRedisUsesServerTime: processes whose local clocks disagree by an hour
 // still share one timeline, because the script reads the server's clock.
 func TestRedisUsesServerTime(t *testing.T) {

@@ -646,10 +646,13 @@ func isReplyShapeError(err error) bool {
 	return strings.HasPrefix(msg, "redis: can't parse") || strings.HasPrefix(msg, "redis: unexpected")
 }
 
-// Probe checks that the store answers, on a connection of its own. A pooled
-// client can keep failing for a while after Redis is back (dial retries and
-// backoff), so a process deciding whether to leave its fallback asks a
-// fresh connection instead.
+// Probe checks that the store answers, on a connection of its own, as a
+// server that takes writes: a replica (a single-node URL left pointing at a
+// master that a failover demoted, say) or a Sentinel answers a PING but
+// fails every script run, so Probe reports it as down. A pooled client can
+// keep failing for a while after Redis is back (dial retries and backoff),
+// so a process deciding whether to leave its fallback asks a fresh
+// connection instead.
 func (s *RedisStore) Probe(ctx context.Context) error {
 	switch c := s.client.(type) {
 	case *redis.Client:
@@ -662,8 +665,10 @@ func (s *RedisStore) Probe(ctx context.Context) error {
 	return s.client.Ping(ctx).Err()
 }
 
-// probeFresh pings through a new one-connection client with opts, without
-// retries, and closes it.
+// probeFresh asks ROLE through a new one-connection client with opts,
+// without retries, and closes it. A server that answers ROLE with an error
+// (a compatible server or proxy without it) counts as up; one that says it
+// is a replica or a Sentinel does not.
 func probeFresh(ctx context.Context, opts *redis.Options) error {
 	o := *opts
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
@@ -673,5 +678,19 @@ func probeFresh(ctx context.Context, opts *redis.Options) error {
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	fresh := redis.NewClient(&o)
 	defer fresh.Close()
-	return fresh.Ping(ctx).Err()
+	reply, err := fresh.Do(ctx, "ROLE").Slice()
+	var rerr redis.Error
+	switch {
+	case errors.As(err, &rerr):
+		return nil // it answered
+	case err != nil:
+		return err
+	case len(reply) == 0:
+		return nil
+	}
+	switch role, _ := reply[0].(string); role {
+	case "slave", "replica", "sentinel":
+		return fmt.Errorf("redis store: %s is a %s, not a master: it takes no writes", o.Addr, role)
+	}
+	return nil
 }

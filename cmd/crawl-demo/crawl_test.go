@@ -298,7 +298,7 @@ func TestCrawlWhenTheStoreFails(t *testing.T) {
 		got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=100/1s",
 			"-redis", "redis://:s3cret@127.0.0.1:1/0")
 		require.Equal(t, 2, got.code, "stderr: %s", got.stderr)
-		require.Contains(t, got.stderr, "-redis redis://***@127.0.0.1:1/0 does not answer")
+		require.Contains(t, got.stderr, "-redis redis://***@127.0.0.1:1/0 does not answer as a master")
 		require.NotContains(t, got.stderr, "s3cret")
 		require.Empty(t, got.stdout, "nothing is fetched")
 	})
@@ -365,6 +365,30 @@ func TestCrawlThroughSentinel(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "master", role[0], "the Sentinel promoted the replica")
 	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, time.Second), 10)
+}
+
+// TestCrawlRefusesAStoreThatTakesNoWrites: a replica or a Sentinel answers
+// PING but fails every script run; a crawl pointed at one must stop at the
+// start with a message, not wait forever for a store that never decides.
+func TestCrawlRefusesAStoreThatTakesNoWrites(t *testing.T) {
+	master := redistest.StartServer(t)
+	replica := redistest.StartServer(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(master.Addr, "127.0.0.1:"))
+	sentinel := redistest.StartSentinel(t, master, "fleet")
+	srv, hits := countingServer(t)
+	file, _ := urlFile(t, srv.URL, "r", 3)
+	for _, tt := range []struct{ name, url, want string }{
+		{"replica", replica.URL(), "is a slave, not a master"},
+		{"sentinel", "redis://" + sentinel.Addr, "is a sentinel, not a master"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := runCmd(context.Background(), t, "", "-urls", file, "-default", "10/1s", "-redis", tt.url)
+			require.Equal(t, 2, got.code, "stderr: %s", got.stderr)
+			require.Contains(t, got.stderr, "does not answer")
+			require.Contains(t, got.stderr, tt.want)
+			require.Empty(t, got.stdout)
+		})
+	}
+	require.Zero(t, hits.Load(), "nothing is fetched")
 }
 
 // TestCrawlNeverShowsAURLsPassword: a password in a URL is shown as

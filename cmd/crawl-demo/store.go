@@ -198,17 +198,22 @@ func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient,
 	return throttle.New(rules, opts...)
 }
 
-// checkRedis pings the store once, so that a wrong address shows up at the
-// start rather than as a crawl that never moves. Under -on-store-error open
+// checkRedis probes the store once (throttle.RedisStore.Probe: it must
+// answer, as a master, not a replica or a Sentinel), so that a wrong
+// address shows up at the start rather than as a crawl that never moves. Under -on-store-error open
 // a failure is only logged and the crawl goes on without the store; under
 // local or closed it is an error: a process that has never reached the
 // store does not know how many share each target, so it could only wait.
 func checkRedis(ctx context.Context, rc *redisConfig, rdb redis.UniversalClient, policy throttle.FailurePolicy, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*redisDialTimeout)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
+	store, err := throttle.NewRedisStore(rdb)
+	if err == nil {
+		err = store.Probe(ctx)
+	}
+	if err != nil {
 		if policy != throttle.FailOpen {
-			return fmt.Errorf("-redis %s does not answer: %v (with -on-store-error %s the crawl needs the store at the start; -on-store-error open crawls without it)", rc.shown, err, policy)
+			return fmt.Errorf("-redis %s does not answer as a master: %v (with -on-store-error %s the crawl needs the store at the start; -on-store-error open crawls without it)", rc.shown, err, policy)
 		}
 		log.Warn("redis does not answer; the store failure policy applies",
 			"redis", rc.shown, "on-store-error", policy.String(), "error", err)

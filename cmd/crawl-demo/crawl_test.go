@@ -367,6 +367,33 @@ func TestCrawlThroughSentinel(t *testing.T) {
 	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, time.Second), 10)
 }
 
+// TestStoreTimeoutFlag: a store call that takes longer than the store
+// timeout hands the decision to the failure policy; -store-timeout gives a
+// slow (distant) Redis the time it needs.
+func TestStoreTimeoutFlag(t *testing.T) {
+	rdb := redistest.StartServer(t)
+	srv, _ := countingServer(t)
+	file, urls := urlFile(t, srv.URL, "st", 3)
+	for _, tt := range []struct {
+		name       string
+		args       []string
+		storeFails bool
+	}{
+		{"default", nil, true},
+		{"raised", []string{"-store-timeout", "5s"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			// Script runs (writes) wait 700 ms; the start-up probe (ROLE) does not.
+			require.NoError(t, rdb.Client(t).Do(context.Background(), "CLIENT", "PAUSE", "700", "WRITE").Err())
+			args := append([]string{"-urls", file, "-rule", "127.0.0.1=100/1s", "-redis", rdb.URL()}, tt.args...)
+			got := runCmd(context.Background(), t, "", args...)
+			require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+			require.Len(t, decodeLines(t, got.stdout), len(urls))
+			require.Equal(t, tt.storeFails, strings.Contains(got.stderr, "store failed"), "stderr: %s", got.stderr)
+		})
+	}
+}
+
 // TestCrawlRefusesAStoreThatTakesNoWrites: a replica or a Sentinel answers
 // PING but fails every script run; a crawl pointed at one must stop at the
 // start with a message, not wait forever for a store that never decides.

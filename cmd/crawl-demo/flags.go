@@ -28,6 +28,7 @@ type config struct {
 	keyMode  keyModeValue  // -key
 	policy   policyValue   // -on-store-error
 	timeout  time.Duration // -timeout, per attempt
+	storeTO  time.Duration // -store-timeout, per store call
 	verbose  bool          // -v
 
 	// The demo only.
@@ -36,6 +37,10 @@ type config struct {
 	target string // -target: an existing site instead of a local one
 	serve  string // -serve: only run the site, on this address
 }
+
+// maxStoreTimeout bounds -store-timeout: past it a failed store would hold
+// every worker so long that the failure policy no longer means much.
+const maxStoreTimeout = time.Minute
 
 // Defaults of the flags.
 const (
@@ -113,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&cfg.keyMode, "key", "what shares one quota: `host|domain|ip` (default host)")
 	fs.Var(&cfg.policy, "on-store-error", "what to do when the store fails: keep this process's share of each limit, drop the limits, or wait for the store: `local|open|closed` (default local)")
 	fs.DurationVar(&cfg.timeout, "timeout", defaultTimeout, "bound on each attempt, from sending it to reading the whole response (not the wait for the quota)")
+	fs.DurationVar(&cfg.storeTO, "store-timeout", throttle.DefaultStoreTimeout, "bound on each call to the store, past which -on-store-error decides; raise it for a Redis more than a few milliseconds away")
 	fs.BoolVar(&cfg.verbose, "v", false, "debug logging on stderr: every failed attempt and every pause")
 	fs.StringVar(&cfg.chart, "chart", defaultChart, "demo: write the chart, an SVG file, to `FILE`")
 	fs.IntVar(&cfg.pages, "pages", defaultPages, "demo: pages to fetch")
@@ -152,6 +158,8 @@ func (c *config) validate(fs *flag.FlagSet) error {
 		return usagef("-margin %v: must be at most 366 days", c.margin)
 	case c.timeout <= 0:
 		return usagef("-timeout %v: must be positive", c.timeout)
+	case c.storeTO <= 0 || c.storeTO > maxStoreTimeout:
+		return usagef("-store-timeout %v: must be positive and at most %v", c.storeTO, maxStoreTimeout)
 	case c.pages < 1:
 		return usagef("-pages %d: must be at least 1", c.pages)
 	case set["urls"] && c.urls == "":

@@ -38,6 +38,8 @@ func TestBadCommandLines(t *testing.T) {
 		{"negative retries", crawl("-retries", "-1"), []string{"-retries -1"}},
 		{"zero timeout", crawl("-timeout", "0s"), []string{"-timeout 0s"}},
 		{"negative margin", crawl("-margin", "-1s"), []string{"-margin -1s"}},
+		{"zero store timeout", crawl("-store-timeout", "0s"), []string{"-store-timeout 0s", "must be positive"}},
+		{"store timeout past a minute", crawl("-store-timeout", "2m"), []string{"-store-timeout 2m0s", "at most 1m0s"}},
 		{"margin that overflows a window", crawl("-margin", "2562047h47m16s"), []string{"-margin 2562047h47m16s", "at most 366 days"}},
 		{"one pattern twice", crawl("-rule", "example.com=1/1s", "-rule", "Example.COM=2/1s"), []string{`"Example.COM=2/1s"`, `"example.com=1/1s"`, "already has a rule"}},
 		{"gap over a year", crawl("-rule", "x=1/1s,gap=9000h"), []string{`"x"`, "gap must be at most 366 days"}},
@@ -186,7 +188,7 @@ func TestRulesFromFlags(t *testing.T) {
 func TestHelp(t *testing.T) {
 	got := runCmd(context.Background(), t, "", "-h")
 	require.Equal(t, 0, got.code)
-	for _, flag := range []string{"-urls", "-out", "-redis", "-rule", "-default", "-workers", "-retries", "-margin", "-key", "-on-store-error", "-timeout", "-v", "-chart", "-pages", "-target", "-serve"} {
+	for _, flag := range []string{"-urls", "-out", "-redis", "-rule", "-default", "-workers", "-retries", "-margin", "-key", "-on-store-error", "-timeout", "-store-timeout", "-v", "-chart", "-pages", "-target", "-serve"} {
 		require.Regexp(t, "\n  "+flag+"[ \t]", got.stderr, "help for %s", flag)
 	}
 	require.True(t, strings.HasPrefix(got.stderr, "Usage:"))

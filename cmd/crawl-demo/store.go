@@ -184,6 +184,7 @@ func scrub(msg, raw string, u *url.URL) string {
 func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient, log *slog.Logger) (*throttle.Throttler, error) {
 	opts := []throttle.Option{
 		throttle.WithMargin(cfg.margin),
+		throttle.WithStoreTimeout(cfg.storeTO),
 		throttle.WithKeyMode(throttle.KeyMode(cfg.keyMode)),
 		throttle.WithFailurePolicy(throttle.FailurePolicy(cfg.policy)),
 		throttle.WithLogger(log),

@@ -42,6 +42,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/fleetgate/fleetgate/throttle"
 	"github.com/fleetgate/fleetgate/transport"
 )
@@ -70,6 +72,7 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.redisURL = os.Getenv("REDIS_URL")
+	redis.SetLogger(redisLogger{slog.New(slog.NewTextHandler(os.Stderr, nil))}) // one per process
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

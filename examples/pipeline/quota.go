@@ -26,10 +26,19 @@ type quota struct {
 	client *redis.Client
 }
 
+// redisLogger passes go-redis's log lines to a slog.Logger at Debug: it
+// logs every failed dial on its own, and the throttle already reports an
+// outage once.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, "go-redis: "+fmt.Sprintf(format, v...))
+}
+
 // openQuota returns a quota applying rule to every host: the API is the
 // job's only target. With an empty redisURL the quota lives in this
 // process; otherwise in the Redis server the URL names, which must answer
-// a PING. An outage after that start is left to the throttle's failure
+// as a master. An outage after that start is left to the throttle's failure
 // policy (FailLocal: each copy falls back to its share of the rule).
 func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, log *slog.Logger) (*quota, error) {
 	rules := &throttle.Rules{}
@@ -52,16 +61,21 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, log *sl
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
 	opts.ContextTimeoutEnabled = true // so the throttle's store timeout bounds every call
-	q := &quota{where: fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB), client: redis.NewClient(opts)}
-	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
-	defer cancel()
-	if err := q.client.Ping(pctx).Err(); err != nil {
-		q.client.Close()
-		return nil, fmt.Errorf("REDIS_URL: %s: %w", q.where, err)
+	if u, err := url.Parse(redisURL); err == nil && !u.Query().Has("max_retries") {
+		// A store call that fails is the failure policy's to decide, at
+		// once: go-redis's own retries would only delay it.
+		opts.MaxRetries = -1
 	}
+	q := &quota{where: fmt.Sprintf("redis %s db %d", opts.Addr, opts.DB), client: redis.NewClient(opts)}
 	if q.store, err = throttle.NewRedisStore(q.client); err != nil {
 		q.client.Close()
 		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if err := q.store.Probe(pctx); err != nil { // it answers, as a master
+		q.client.Close()
+		return nil, fmt.Errorf("REDIS_URL: %s: %w", q.where, err)
 	}
 	if q.Throttler, err = throttle.New(rules, throttle.WithStore(q.store), throttle.WithLogger(log)); err != nil {
 		q.client.Close()

@@ -201,10 +201,11 @@ func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient,
 
 // checkRedis probes the store once (throttle.RedisStore.Probe: it must
 // answer, as a master, not a replica or a Sentinel), so that a wrong
-// address shows up at the start rather than as a crawl that never moves. Under -on-store-error open
-// a failure is only logged and the crawl goes on without the store; under
-// local or closed it is an error: a process that has never reached the
-// store does not know how many share each target, so it could only wait.
+// address shows up at the start rather than as a crawl that never moves.
+// Under -on-store-error open a failure is only logged and the crawl goes on
+// without the store; under local or closed it is an error: a process that
+// has never reached the store does not know how many share each target, so
+// it could only wait.
 func checkRedis(ctx context.Context, rc *redisConfig, rdb redis.UniversalClient, policy throttle.FailurePolicy, log *slog.Logger) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*redisDialTimeout)
 	defer cancel()

@@ -124,10 +124,13 @@ func TestProbeWantsAMaster(t *testing.T) {
 	master := redistest.StartServer(t)
 	replica := redistest.StartServer(t, "--replicaof", "127.0.0.1", strings.TrimPrefix(master.Addr, "127.0.0.1:"))
 	sentinel := redistest.StartSentinel(t, master, "m")
+	locked := redistest.StartServer(t)
+	require.NoError(t, locked.Client(t).ConfigSet(ctx, "requirepass", "s3cret").Err())
 	for _, tt := range []struct {
 		name, addr, want string
 	}{
 		{"master", master.Addr, ""},
+		{"wrong password", locked.Addr, "NOAUTH"},
 		{"replica", replica.Addr, "is a slave, not a master"},
 		{"sentinel", sentinel.Addr, "is a sentinel, not a master"},
 	} {

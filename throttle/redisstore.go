@@ -665,10 +665,11 @@ func (s *RedisStore) Probe(ctx context.Context) error {
 	return s.client.Ping(ctx).Err()
 }
 
-// probeFresh asks ROLE through a new one-connection client with opts,
-// without retries, and closes it. A server that answers ROLE with an error
-// (a compatible server or proxy without it) counts as up; one that says it
-// is a replica or a Sentinel does not.
+// probeFresh asks PING, then ROLE, through a new one-connection client
+// with opts, without retries, and closes it. Any failure of PING (no
+// answer, a wrong password, a Sentinel that knows no such master) is down;
+// a server that does not know ROLE (a compatible server or proxy) counts
+// as up; one that says it is a replica or a Sentinel does not.
 func probeFresh(ctx context.Context, opts *redis.Options) error {
 	o := *opts
 	o.PoolSize, o.MinIdleConns, o.MaxIdleConns, o.MaxRetries = 1, 0, 0, -1
@@ -678,11 +679,13 @@ func probeFresh(ctx context.Context, opts *redis.Options) error {
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	fresh := redis.NewClient(&o)
 	defer fresh.Close()
+	if err := fresh.Ping(ctx).Err(); err != nil {
+		return err
+	}
 	reply, err := fresh.Do(ctx, "ROLE").Slice()
-	var rerr redis.Error
 	switch {
-	case errors.As(err, &rerr):
-		return nil // it answered
+	case err != nil && strings.Contains(strings.ToLower(err.Error()), "unknown command"):
+		return nil // it answered PING and does not know ROLE
 	case err != nil:
 		return err
 	case len(reply) == 0:

@@ -137,8 +137,8 @@ func (t *Throttler) decideLocally(tg *target, batch []*waiter) {
 // returns the local time that best matches the store's "now": the middle of
 // the round trip, wrong by at most half of it, which the margin absorbs.
 func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, time.Time, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
-	defer cancel()
+	ctx, done := t.deadlines.get(time.Now(), t.cfg.storeTimeout)
+	defer done()
 	start := t.cfg.now()
 	st, err := t.store.Reserve(ctx, tg.name, tg.lim, reqs, grants)
 	if err != nil {

@@ -31,6 +31,7 @@ type Throttler struct {
 	hostCount atomic.Int64
 	targets   sync.Map // target name -> *target
 	degraded  atomic.Int64
+	deadlines deadlines // of store calls
 
 	probeMu  sync.Mutex // guards the shared probe result
 	probeAt  time.Time

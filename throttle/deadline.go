@@ -1,0 +1,68 @@
+package throttle
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// shareDeadlines is how long one store-call context takes new calls: a call
+// gets a deadline at least the store timeout, at most this much more, after
+// it starts. Sharing it spares each call a timer of its own, which was 5% of
+// a decision's client CPU with eight goroutines over many targets
+// (BENCHMARKS.md).
+const shareDeadlines = time.Millisecond
+
+// deadlines hands out the contexts of store calls: calls that start within
+// shareDeadlines of one another share one, bounded by the store timeout.
+// The zero value is ready to use.
+type deadlines struct {
+	cur atomic.Pointer[sharedDeadline]
+}
+
+// sharedDeadline is one context and the calls that hold it. Its timer is
+// stopped when the last of them lets go after a newer one has replaced it,
+// or fires at its deadline, whichever comes first.
+type sharedDeadline struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	until  time.Time    // the latest start it takes
+	users  atomic.Int64 // calls holding it, plus one while it is current
+}
+
+// get returns the context for a store call that starts now (the wall
+// clock's: the context's timer runs on it), with timeout as its bound, and
+// the function that lets go of it when the call is done.
+func (d *deadlines) get(now time.Time, timeout time.Duration) (context.Context, func()) {
+	cur := d.cur.Load()
+	if cur != nil && !now.After(cur.until) && cur.hold() {
+		return cur.ctx, cur.release
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), now.Add(timeout+shareDeadlines))
+	next := &sharedDeadline{ctx: ctx, cancel: cancel, until: now.Add(shareDeadlines)}
+	next.users.Store(2) // current, and held by this call
+	if d.cur.CompareAndSwap(cur, next) {
+		if cur != nil {
+			cur.release() // no longer current
+		}
+	} else {
+		next.users.Add(-1) // another call replaced cur first: next serves this call alone
+	}
+	return ctx, next.release
+}
+
+// hold takes a share of s, unless every holder has already let go.
+func (s *sharedDeadline) hold() bool {
+	for n := s.users.Load(); n > 0; n = s.users.Load() {
+		if s.users.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *sharedDeadline) release() {
+	if s.users.Add(-1) == 0 {
+		s.cancel()
+	}
+}

@@ -139,6 +139,8 @@ func WithKeyMode(m KeyMode) Option { return func(c *config) { c.keyMode = m } }
 func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.policy = p } }
 
 // WithStoreTimeout bounds each store call (default DefaultStoreTimeout).
+// A decision's call may run up to a millisecond longer: calls that start
+// within a millisecond of one another share one deadline.
 func WithStoreTimeout(d time.Duration) Option { return func(c *config) { c.storeTimeout = d } }
 
 // WithMaxPause caps fleet-wide pauses (default DefaultMaxPause); it must

@@ -26,6 +26,7 @@ type Throttler struct {
 	baseLive  time.Duration // the store's liveness, before livenessFor
 	local     *MemoryStore  // the fallback's log, on the local clock
 	closed    atomic.Bool
+	done      chan struct{} // closed by Close: wakes every sleeping waiter
 
 	hosts     sync.Map // raw host -> *hostEntry
 	hostCount atomic.Int64
@@ -120,7 +121,7 @@ func New(rules *Rules, opts ...Option) (*Throttler, error) {
 	if c.resolver == nil {
 		c.resolver = net.DefaultResolver
 	}
-	t := &Throttler{cfg: c, rules: rules.clone(), store: c.store}
+	t := &Throttler{cfg: c, rules: rules.clone(), store: c.store, done: make(chan struct{})}
 	if t.store == nil {
 		t.store, t.ownsStore = NewMemoryStore(WithMemoryClock(c.now)), true
 	}
@@ -133,12 +134,15 @@ func New(rules *Rules, opts ...Option) (*Throttler, error) {
 }
 
 // Close releases the Throttler: the MemoryStore it created, if any, and its
-// fallback log. Calls after Close return ErrClosed. A store passed with
-// WithStore is left open.
+// fallback log. Calls after Close return ErrClosed, and so do the waits
+// still sleeping: they wake at once, release the slots they had booked
+// (best effort) and return an error that wraps ErrClosed. A store passed
+// with WithStore is left open.
 func (t *Throttler) Close() error {
 	if t.closed.Swap(true) {
 		return nil
 	}
+	close(t.done)
 	var err error
 	if t.ownsStore {
 		err = t.store.Close()
@@ -157,6 +161,9 @@ func (t *Throttler) Mode() Mode {
 // Target returns the name of the quota that host counts against, and its
 // rule.
 func (t *Throttler) Target(ctx context.Context, host string) (string, Rule, error) {
+	if t.closed.Load() {
+		return "", Rule{}, ErrClosed
+	}
 	tg, err := t.target(ctx, host)
 	if err != nil {
 		return "", Rule{}, err
@@ -184,9 +191,9 @@ func (t *Throttler) WaitN(ctx context.Context, host string, n int) error {
 	if err != nil {
 		return err
 	}
-	if err := sleepCtx(ctx, r.Delay()); err != nil {
+	if err := t.sleep(ctx, r.Delay()); err != nil {
 		r.release()
-		return waitError(ctx, r.tg.name)
+		return t.sleepError(ctx, r.tg.name)
 	}
 	return nil
 }
@@ -304,7 +311,7 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 		}
 		if errors.Is(w.err, errStoreDown) { // FailClosed: retry until ctx ends
 			storeDown = true
-			if err := sleepCtx(ctx, min(t.cfg.probeInterval, maxWait)); err != nil {
+			if err := t.sleep(ctx, min(t.cfg.probeInterval, maxWait)); err != nil {
 				return nil, fmt.Errorf("throttle: wait for %q: %w: %w", tg.name, ErrStoreUnavailable, err)
 			}
 			continue
@@ -322,8 +329,8 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 			if w.ahead > 0 {
 				reach = w.ahead
 			}
-			if err := sleepCtx(ctx, max(w.grant.Delay-reach, time.Millisecond)); err != nil {
-				return nil, waitError(ctx, tg.name)
+			if err := t.sleep(ctx, max(w.grant.Delay-reach, time.Millisecond)); err != nil {
+				return nil, t.sleepError(ctx, tg.name)
 			}
 			continue
 		}
@@ -345,7 +352,8 @@ func (t *Throttler) Allow(ctx context.Context, host string) (Decision, error) {
 // AllowN admits n units to host now if the fleet's limit allows it right now,
 // and records them; otherwise it records nothing and Decision.RetryAfter says
 // when the earliest slot is (later waiters may take it first). Errors are
-// those of WaitN that do not involve waiting.
+// those of WaitN that do not involve waiting: in particular, when ctx has
+// already ended it records nothing and returns an error wrapping ctx's.
 func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, error) {
 	if t.closed.Load() {
 		return Decision{}, ErrClosed
@@ -353,6 +361,9 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 	tg, err := t.target(ctx, host)
 	if err != nil {
 		return Decision{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Decision{}, waitError(ctx, tg.name)
 	}
 	if n < 1 || n > tg.rule.Limit {
 		return Decision{}, fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
@@ -500,10 +511,33 @@ const maxCachedHosts = 100_000
 // sleepCtx sleeps d, or returns ctx's cause as soon as ctx ends (at once
 // if it has, whatever d).
 func sleepCtx(ctx context.Context, d time.Duration) error {
+	return sleepUntil(ctx, nil, d)
+}
+
+// sleep is sleepCtx that Close also ends, with ErrClosed.
+func (t *Throttler) sleep(ctx context.Context, d time.Duration) error {
+	return sleepUntil(ctx, t.done, d)
+}
+
+// sleepError is the error of a wait whose sleep ended early: Close's, or
+// ctx's.
+func (t *Throttler) sleepError(ctx context.Context, target string) error {
+	if ctx.Err() == nil && t.closed.Load() {
+		return fmt.Errorf("throttle: wait for %q: %w", target, ErrClosed)
+	}
+	return waitError(ctx, target)
+}
+
+func sleepUntil(ctx context.Context, closed <-chan struct{}, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return context.Cause(ctx)
+	}
+	select {
+	case <-closed:
+		return ErrClosed
+	default:
+	}
 	if d <= 0 {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
 		return nil
 	}
 	timer := time.NewTimer(d)
@@ -513,5 +547,7 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
+	case <-closed:
+		return ErrClosed
 	}
 }

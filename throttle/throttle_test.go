@@ -178,6 +178,8 @@ func TestErrors(t *testing.T) {
 	require.ErrorIs(t, tr.Wait(cctx, "only.example"), context.Canceled)
 	require.NoError(t, tr.Close())
 	require.ErrorIs(t, tr.Wait(ctx, "only.example"), ErrClosed)
+	_, _, err = tr.Target(ctx, "only.example")
+	require.ErrorIs(t, err, ErrClosed)
 
 	_, err = New(nil)
 	require.Error(t, err)
@@ -580,5 +582,45 @@ func TestSleepCtxEndsWithItsContext(t *testing.T) {
 	cancel()
 	for _, d := range []time.Duration{-time.Second, 0, time.Hour} {
 		require.ErrorIs(t, sleepCtx(ctx, d), context.Canceled, "sleep %v", d)
+	}
+}
+
+func TestCloseWakesSleepingWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// one.example allows 1 per second; the horizon is a second, so the
+		// third waiter sleeps before it has even booked.
+		tr := newTestThrottler(t, WithMaxAhead(time.Second))
+		ctx := context.Background()
+		require.NoError(t, tr.Wait(ctx, "one.example"))
+		start := time.Now()
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() { errs <- tr.Wait(ctx, "one.example") }()
+		}
+		synctest.Wait() // all three asleep
+		require.NoError(t, tr.Close())
+		for range 3 {
+			err := <-errs
+			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorContains(t, err, `"one.example"`)
+		}
+		require.Zero(t, time.Since(start), "Close wakes the waiters at once")
+	})
+}
+
+func TestAllowOnAnEndedContextRecordsNothing(t *testing.T) {
+	tr := newTestThrottler(t)
+	defer tr.Close()
+	dead, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 3 {
+		d, err := tr.Allow(dead, "example.com")
+		require.ErrorIs(t, err, context.Canceled)
+		require.False(t, d.Allowed)
+	}
+	for i := range 2 { // the default rule, 2/1s, is still whole
+		d, err := tr.Allow(context.Background(), "example.com")
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "decision %d", i)
 	}
 }

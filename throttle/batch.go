@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -15,6 +16,12 @@ type target struct {
 	lim  Limit
 
 	calls groupCommit[*waiter] // concurrent waiters share store calls
+
+	// pauseEnd is the end of the fleet's pause as this process last heard
+	// of it (local clock, unix ns; 0: none): from Pause, or from a store's
+	// reply. Waits honour it before asking the store, so that a pause
+	// outlives a store that lost it (Redis restarted empty).
+	pauseEnd atomic.Int64
 
 	mu       sync.Mutex // guards everything below
 	live     int        // the largest live-process count seen lately; 0 until the store answered
@@ -32,6 +39,23 @@ type target struct {
 func newTarget(name string, r Rule, margin time.Duration, maxBatch int) *target {
 	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap},
 		calls: groupCommit[*waiter]{lanes: 1, max: maxBatch}}
+}
+
+// pauseUntil records that the fleet's pause of tg lasts until end; a pause
+// only grows.
+func (tg *target) pauseUntil(end time.Time) {
+	e := end.UnixNano()
+	for cur := tg.pauseEnd.Load(); e > cur && !tg.pauseEnd.CompareAndSwap(cur, e); cur = tg.pauseEnd.Load() {
+	}
+}
+
+// pauseLeft returns what is left at now of the pause this process knows of.
+func (tg *target) pauseLeft(now time.Time) time.Duration {
+	e := tg.pauseEnd.Load()
+	if e == 0 {
+		return 0
+	}
+	return max(0, time.Unix(0, e).Sub(now))
 }
 
 // waiter is one request in a batch.
@@ -146,7 +170,8 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	}
 	now := t.cfg.now()
 	mid := start.Add(now.Sub(start) / 2)
-	if st.Paused > 0 { // keep the fleet's pause locally too, for a fallback
+	if st.Paused > 0 { // keep the fleet's pause locally too, for a fallback and a lost store
+		tg.pauseUntil(mid.Add(st.Paused))
 		_, _ = t.local.Pause(ctx, tg.name, st.Paused)
 	}
 	liveness := t.liveness(tg)

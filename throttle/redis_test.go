@@ -860,3 +860,44 @@ func TestAShareHolderIsStillCountedWhenANewcomerJoins(t *testing.T) {
 	require.True(t, st.Joined)
 	require.Equal(t, 2, st.Live, "p, whose share holds until half the liveness after its last answer, is still counted")
 }
+
+func TestAPauseOutlivesAStoreThatLostIt(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	rules, err := ParseRules("*=100/1s")
+	require.NoError(t, err)
+	process := func() *Throttler {
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	}
+	ctx := context.Background()
+	heard, saw := process(), process()
+	_, err = heard.Pause(ctx, "example.com", 3*time.Second) // it heard a 429
+	require.NoError(t, err)
+	d, err := saw.Allow(ctx, "example.com") // the store told it
+	require.NoError(t, err)
+	require.False(t, d.Allowed)
+
+	require.NoError(t, client.FlushAll(ctx).Err()) // Redis restarted empty
+	for name, tr := range map[string]*Throttler{"the process that heard the 429": heard, "a process the store told": saw} {
+		d, err := tr.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.False(t, d.Allowed, "%s admits during the pause", name)
+		require.InDelta(t, 3*time.Second, d.RetryAfter, float64(500*time.Millisecond), name)
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		start := time.Now()
+		err = tr.Wait(short, "example.com")
+		cancel()
+		require.ErrorIs(t, err, ErrWouldExceedDeadline, name)
+		require.Less(t, time.Since(start), 500*time.Millisecond, "%s: a pause past the deadline fails at once", name)
+	}
+	d, err = process().Allow(ctx, "example.com")
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "the pause was told to the store again, for the processes that never heard of it")
+	require.InDelta(t, 3*time.Second, d.RetryAfter, float64(500*time.Millisecond))
+}

@@ -186,16 +186,25 @@ func (t *Throttler) Wait(ctx context.Context, host string) error {
 // deadline (an error matching both ErrWouldExceedDeadline and
 // context.DeadlineExceeded). If ctx ends while it sleeps, the slot is
 // released for later waiters and the error wraps ctx's error.
+//
+// A wait that wakes so long after its slot that sending then could break
+// the limit (see Reservation.Stale: its process was stopped, say) gives the
+// slot back and books again.
 func (t *Throttler) WaitN(ctx context.Context, host string, n int) error {
-	r, err := t.ReserveN(ctx, host, n)
-	if err != nil {
-		return err
-	}
-	if err := t.sleep(ctx, r.Delay()); err != nil {
+	for {
+		r, err := t.ReserveN(ctx, host, n)
+		if err != nil {
+			return err
+		}
+		if err := t.sleep(ctx, r.Delay()); err != nil {
+			r.release()
+			return t.sleepError(ctx, r.tg.name)
+		}
+		if !r.Stale() {
+			return nil
+		}
 		r.release()
-		return t.sleepError(ctx, r.tg.name)
 	}
-	return nil
 }
 
 // Reservation is a booked slot: the caller may send its units at Time().
@@ -206,6 +215,7 @@ type Reservation struct {
 	id   uint64
 	n    int
 	at   time.Time // local clock
+	made time.Time // when ReserveN returned it, local clock
 	via  via
 	done atomic.Bool
 }
@@ -223,6 +233,25 @@ func (r *Reservation) Time() time.Time { return r.at }
 
 // Delay returns how long from now until Time, or 0 if it has passed.
 func (r *Reservation) Delay() time.Duration { return max(0, r.at.Sub(r.t.cfg.now())) }
+
+// MinStale is the least lateness after which a reservation is stale,
+// whatever the margin: timers wake a little late even on an idle machine.
+const MinStale = 10 * time.Millisecond
+
+// Stale reports whether the slot passed so long ago that sending now could
+// break the fleet's limit: by more than the margin (at least MinStale),
+// which is all the lateness the window allows for, counted from the slot or
+// from when ReserveN returned, whichever is later (a slot that was due at
+// once is not stale for the round trip that booked it). A process that was
+// stopped, starved or suspended wakes past its slot; it should Cancel and
+// book again rather than send.
+func (r *Reservation) Stale() bool {
+	due := r.at
+	if r.made.After(due) {
+		due = r.made
+	}
+	return r.t.cfg.now().Sub(due) > max(r.t.cfg.margin, MinStale)
+}
 
 // Target returns the name of the quota the reservation counts against.
 func (r *Reservation) Target() string { return r.tg.name }
@@ -334,7 +363,18 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 			}
 			continue
 		}
-		r := &Reservation{t: t, tg: tg, id: w.req.ID, n: n, at: w.at, via: w.via}
+		if paused := t.lostPause(tg, w); paused > 0 {
+			if hasDeadline {
+				if dl, _ := ctx.Deadline(); paused > dl.Sub(t.cfg.now()) {
+					return nil, deadlineError(tg.name, paused)
+				}
+			}
+			if err := t.sleep(ctx, paused); err != nil {
+				return nil, t.sleepError(ctx, tg.name)
+			}
+			continue
+		}
+		r := &Reservation{t: t, tg: tg, id: w.req.ID, n: n, at: w.at, made: t.cfg.now(), via: w.via}
 		if err := ctx.Err(); err != nil { // ended while the batch was in flight
 			r.release()
 			return nil, waitError(ctx, tg.name)
@@ -384,7 +424,33 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 	case w.via == viaOpen:
 		return Decision{Allowed: true}, nil
 	}
+	if paused := t.lostPause(tg, w); paused > 0 {
+		return Decision{RetryAfter: paused}, nil
+	}
 	return decision(w.state, w.grant), nil
+}
+
+// lostPause checks a store's grant against the fleet's pause as this
+// process last heard of it. A grant inside that pause means the store has
+// lost it (Redis restarted empty): lostPause gives the slot back, tells the
+// store of the pause again, so that the rest of the fleet holds back too,
+// and returns what is left of it; otherwise it returns 0.
+func (t *Throttler) lostPause(tg *target, w *waiter) time.Duration {
+	if !w.grant.OK || w.via != viaStore {
+		return 0
+	}
+	now := t.cfg.now()
+	paused := tg.pauseLeft(now)
+	// The store's slots after a pause it kept fall at its end, give or take
+	// the error of the local clock's reading of the store's: the margin.
+	if paused <= 0 || !w.at.Before(now.Add(paused-max(t.cfg.margin, MinStale))) {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
+	defer cancel()
+	_ = t.store.Cancel(ctx, tg.name, w.req.ID, w.req.N)
+	_, _ = t.store.Pause(ctx, tg.name, paused)
+	return paused
 }
 
 // allowMemory decides on the memory store, which cannot fail: no timeout,
@@ -419,13 +485,16 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 		return 0, err
 	}
 	d = min(max(d, 0), t.cfg.maxPause)
+	now := t.cfg.now()
 	left, _ := t.local.Pause(ctx, tg.name, d)
+	tg.pauseUntil(now.Add(left))
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
 	defer cancel()
 	fleet, err := t.store.Pause(sctx, tg.name, d)
 	if err != nil {
 		return left, fmt.Errorf("throttle: pause %q: %w", tg.name, err)
 	}
+	tg.pauseUntil(now.Add(fleet))
 	return max(left, fleet), nil
 }
 

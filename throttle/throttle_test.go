@@ -624,3 +624,46 @@ func TestAllowOnAnEndedContextRecordsNothing(t *testing.T) {
 		require.True(t, d.Allowed, "decision %d", i)
 	}
 }
+
+func TestAReservationGoesStaleAfterTheMargin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newTestThrottler(t) // margin 0: MinStale decides
+		defer tr.Close()
+		ctx := context.Background()
+		now, err := tr.ReserveN(ctx, "one.example", 1) // due at once
+		require.NoError(t, err)
+		later, err := tr.ReserveN(ctx, "one.example", 1) // due in a second
+		require.NoError(t, err)
+		require.Equal(t, time.Second, later.Delay())
+
+		time.Sleep(MinStale / 2)
+		require.False(t, now.Stale(), "late by less than MinStale")
+		time.Sleep(MinStale)
+		require.True(t, now.Stale(), "late by more than MinStale")
+
+		time.Sleep(time.Second - MinStale) // later's slot passed MinStale/2 ago
+		require.False(t, later.Stale())
+		time.Sleep(MinStale)
+		require.True(t, later.Stale())
+	})
+}
+
+func TestAWaitThatWakesLongPastItsSlotBooksAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var frozen atomic.Int64 // how long the process was stopped, as its clock sees it
+		clock := func() time.Time { return time.Now().Add(time.Duration(frozen.Load())) }
+		tr := newTestThrottler(t, withClock(clock))
+		defer tr.Close()
+		ctx := context.Background()
+		require.NoError(t, tr.Wait(ctx, "one.example")) // 1/1s: the window is full
+		done := make(chan error)
+		go func() { done <- tr.Wait(ctx, "one.example") }()
+		synctest.Wait()                      // asleep until its slot, a second on
+		frozen.Store(int64(2 * time.Second)) // the process is stopped for 2s
+		require.NoError(t, <-done)           // it wakes 2s past its slot
+		d, err := tr.Allow(ctx, "one.example")
+		require.NoError(t, err)
+		require.False(t, d.Allowed, "the wait was booked again when it woke: its entry is now, not 2s ago")
+		require.Equal(t, time.Second, d.RetryAfter)
+	})
+}

@@ -228,14 +228,22 @@ func (tr *Transport) wait(ctx context.Context, host string) error {
 		}
 		d := r.Delay()
 		if d <= slept {
-			return sleepFor(ctx, r, d)
+			if err := sleepFor(ctx, r, d); err != nil || !r.Stale() {
+				return err
+			}
+			_ = r.Cancel(context.WithoutCancel(ctx)) // woke long past the slot: book again
+			continue
 		}
 		if err := sleepFor(ctx, r, d-pauseCheckLead); err != nil {
 			return err
 		}
 		left, _ := tr.t.Paused(ctx, host) // on a store error, the local copy answers
 		if left <= 0 {
-			return sleepFor(ctx, r, r.Delay())
+			if err := sleepFor(ctx, r, r.Delay()); err != nil || !r.Stale() {
+				return err
+			}
+			_ = r.Cancel(context.WithoutCancel(ctx)) // woke long past the slot: book again
+			continue
 		}
 		// Give the slot back and sit the pause out before booking again
 		// (a pause known only locally would otherwise hand out the same

@@ -33,8 +33,9 @@ type Rule struct {
 // for example "100/1m", "5/1s" or "100/1m,gap=200ms". DURATION is a Go
 // duration (time.ParseDuration); a bare unit such as "100/m" is not accepted,
 // because "1m" and "m" would then mean the same and "1ms" and "ms" would not.
-// A limit or window that is not positive, a negative gap, or anything else that
-// does not parse is an error wrapping ErrBadRule that quotes the rule.
+// A limit or window that is not positive, a negative gap or one longer than
+// the window, a gap given twice, or anything else that does not parse is an
+// error wrapping ErrBadRule that quotes the rule.
 func ParseRule(s string) (Rule, error) {
 	fail := func(why string) (Rule, error) {
 		return Rule{}, fmt.Errorf("%w %q: %s (want N/DURATION[,gap=DURATION], e.g. 100/1m)", ErrBadRule, s, why)
@@ -54,11 +55,16 @@ func ParseRule(s string) (Rule, error) {
 	}
 	r := Rule{Limit: limit, Window: window}
 	if opts != "" {
+		gapSet := false
 		for opt := range strings.SplitSeq(opts, ",") {
 			k, v, ok := strings.Cut(strings.TrimSpace(opt), "=")
 			if !ok || k != "gap" {
 				return fail(fmt.Sprintf("unknown option %q", opt))
 			}
+			if gapSet {
+				return fail("gap given twice")
+			}
+			gapSet = true
 			gap, err := time.ParseDuration(v)
 			if err != nil || gap < 0 {
 				return fail("gap is not a non-negative duration")
@@ -97,8 +103,10 @@ func (r Rule) Validate() error {
 		return fmt.Errorf("%w %s: window must be at most 366 days", ErrBadRule, r)
 	case r.Gap < 0 || r.Gap > 0 && r.Gap < time.Microsecond:
 		return fmt.Errorf("%w %s: gap must be 0 or at least 1µs", ErrBadRule, r)
-	case r.Gap > MaxWindow:
-		return fmt.Errorf("%w %s: gap must be at most 366 days", ErrBadRule, r)
+	case r.Gap > r.Window:
+		// The log forgets an admission a window after it, and the gap with
+		// it: a longer gap would not be kept.
+		return fmt.Errorf("%w %s: gap must be at most the window (for one request per %v, write 1/%v)", ErrBadRule, r, r.Gap, r.Gap)
 	}
 	return nil
 }
@@ -106,7 +114,7 @@ func (r Rule) Validate() error {
 // String returns r in the syntax ParseRule reads.
 func (r Rule) String() string {
 	s := strconv.Itoa(r.Limit) + "/" + r.Window.String()
-	if r.Gap > 0 {
+	if r.Gap != 0 { // a negative gap is shown, for the error that rejects it
 		s += ",gap=" + r.Gap.String()
 	}
 	return s

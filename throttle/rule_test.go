@@ -149,7 +149,9 @@ func TestRuleBounds(t *testing.T) {
 		{"1/999us", "window must be at least 1ms"},
 		{"1/8785h", "window must be at most 366 days"},
 		{"1/1s,gap=1ns", "gap must be 0 or at least 1µs"},
-		{"1/1s,gap=8785h", "gap must be at most 366 days"},
+		{"1/1s,gap=8785h", "gap must be at most the window"},
+		{"1/1s,gap=5s", "for one request per 5s, write 1/5s"},
+		{"10/1s,gap=100ms,gap=400ms", "gap given twice"},
 	} {
 		t.Run(tt.in, func(t *testing.T) {
 			_, err := ParseRule(tt.in)

@@ -42,7 +42,7 @@ func TestBadCommandLines(t *testing.T) {
 		{"store timeout past a minute", crawl("-store-timeout", "2m"), []string{"-store-timeout 2m0s", "at most 1m0s"}},
 		{"margin that overflows a window", crawl("-margin", "2562047h47m16s"), []string{"-margin 2562047h47m16s", "at most 366 days"}},
 		{"one pattern twice", crawl("-rule", "example.com=1/1s", "-rule", "Example.COM=2/1s"), []string{`"Example.COM=2/1s"`, `"example.com=1/1s"`, "already has a rule"}},
-		{"gap over a year", crawl("-rule", "x=1/1s,gap=9000h"), []string{`"x"`, "gap must be at most 366 days"}},
+		{"gap over the window", crawl("-rule", "x=1/1s,gap=9000h"), []string{`"x"`, "gap must be at most the window"}},
 		{"bad duration", crawl("-timeout", "soon"), []string{`"soon"`}},
 		{"stray argument", crawl("http://example.com/"), []string{`"http://example.com/"`}},
 		{"demo flag with -urls", crawl("-pages", "5"), []string{"-pages"}},

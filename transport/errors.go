@@ -12,7 +12,7 @@ import (
 // under the *url.Error of an http.Client.
 type Error struct {
 	Host    string // the request's URL.Host, as given
-	Attempt int    // the attempt that failed, from 1; the number made so far
+	Attempt int    // the attempt that failed, from 1 (one whose quota wait failed was not sent)
 	Err     error  // the cause; never nil
 }
 

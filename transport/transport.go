@@ -1,7 +1,9 @@
 package transport
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -108,9 +110,11 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // transient network error) and attempts remain. Before the next attempt
 // it waits max(backoff delay, Retry-After), then the quota. If ctx's
 // deadline would pass before the next attempt could be sent (during that
-// delay, or the pause the response asked for), the current outcome is
-// returned instead. Discarded responses are drained (at most 64 KiB) and
-// closed.
+// delay, the pause the response asked for, or because the quota has no
+// slot before it), the current outcome is returned instead: a response
+// whose body is at most 64 KiB is kept in memory for that while, a longer
+// one is drained (at most 64 KiB) and closed like every discarded response,
+// and then the quota's error is returned.
 //
 // When it fails before an attempt is sent (the quota wait fails: a bad
 // target, ctx ended, or a slot past ctx's deadline), RoundTrip returns an
@@ -143,6 +147,12 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			info.Err = werr
 			tr.report(info)
+			if attempt > 1 && errors.Is(werr, context.DeadlineExceeded) && (resp != nil || err != nil) {
+				// The quota had no slot before the deadline: the previous
+				// outcome is the answer.
+				attempt--
+				break
+			}
 			return nil, &Error{Host: host, Attempt: attempt, Err: werr}
 		}
 
@@ -173,7 +183,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			break // the next attempt could not be sent in time
 		}
 		if resp != nil {
-			discard(resp)
+			resp = keep(resp) // the answer still, if the next attempt finds no slot in time
 		}
 	}
 	if err != nil {
@@ -293,6 +303,25 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// keep reads resp's body into memory, when it is at most maxDrain, and
+// returns resp with that copy as its body, its connection free for reuse;
+// a longer body is discarded, and keep returns nil.
+func keep(resp *http.Response) *http.Response {
+	if resp.Body == nil {
+		return resp
+	}
+	stop := time.AfterFunc(drainTimeout, func() { _ = resp.Body.Close() })
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDrain+1))
+	stop.Stop()
+	_ = resp.Body.Close()
+	if err != nil || len(body) > maxDrain {
+		return nil
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	return resp
 }
 
 // discard drains a little of resp's body, so its connection can be

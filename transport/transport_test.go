@@ -441,6 +441,30 @@ func TestDeadlineStopsRetrying(t *testing.T) {
 	}
 }
 
+func TestNoSlotBeforeTheDeadlineReturnsTheLastResponse(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(503) // no Retry-After: no pause, a retry is due at once
+		_, _ = io.WriteString(w, "busy")
+	})
+	rt := transport.New(nil, newThrottler(t, "1/1s", throttle.WithMargin(0)), fastRetries())
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	resp, err := roundTrip(t, rt, get(t, ctx, tg.URL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The quota's next slot, a second on, lies past the deadline: the
+	// 503 is the answer, body and all.
+	require.Equal(t, 503, resp.StatusCode, "status")
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "busy", string(body))
+	between(t, 0, 300*time.Millisecond, time.Since(start), "time to return")
+	require.Equal(t, 1, len(tg.seen()), "arrivals")
+}
+
 func TestReplayFailure(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, statuses(503, 200))

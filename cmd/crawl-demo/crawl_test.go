@@ -425,14 +425,17 @@ func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 	srv, _ := countingServer(t)
 	ok := strings.Replace(srv.URL, "http://", "http://alice:s3cret@", 1) + "/ok"
 	down := "http://bob:hunter2@127.0.0.1:1/down" // nothing listens on port 1
-	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, ok, down), "-default", "100/1s", "-retries", "1", "-v")
+	// Lines that do not parse as URLs: a space in the host, a bad escape
+	// in the password.
+	spaced, escaped := "http://carol:PwLeak77@a b.com/x", "http://dave:Pw%zzLeak88@example.com/"
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, ok, down, spaced, escaped), "-default", "100/1s", "-retries", "1", "-v")
 	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
-	for _, secret := range []string{"s3cret", "hunter2"} {
+	for _, secret := range []string{"s3cret", "hunter2", "PwLeak77", "Leak88"} {
 		require.NotContains(t, got.stdout, secret)
 		require.NotContains(t, got.stderr, secret)
 	}
 	lines := decodeLines(t, got.stdout)
-	require.Len(t, lines, 2)
+	require.Len(t, lines, 4)
 	byURL := map[string]result{}
 	for _, r := range lines {
 		byURL[r.URL] = r
@@ -440,6 +443,23 @@ func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 	require.Equal(t, 200, byURL[strings.Replace(ok, "s3cret", "xxxxx", 1)].Status, "%+v", lines)
 	failed := byURL[strings.Replace(down, "hunter2", "xxxxx", 1)]
 	require.NotEmpty(t, failed.Error, "%+v", lines)
+	require.Equal(t, "not a URL", byURL["http://carol:xxxxx@a b.com/x"].Error, "%+v", lines)
+	require.Equal(t, "not a URL", byURL["http://dave:xxxxx@example.com/"].Error, "%+v", lines)
+}
+
+func TestHidePassword(t *testing.T) {
+	for raw, want := range map[string]string{
+		"http://u:pw@example.com/x":       "http://u:xxxxx@example.com/x",
+		"http://u@example.com/x":          "http://u@example.com/x",
+		"http://u:p@w@a b.com/x":          "http://u:xxxxx@a b.com/x",
+		"u:pw@example.com/x":              "u:xxxxx@example.com/x",
+		"http://example.com:80/a@b":       "http://example.com:80/a@b",
+		"http://[::1:80/x":                "http://[::1:80/x",
+		"https://h%zz/p?q=a:b@c":          "https://h%zz/p?q=a:b@c",
+		"http://u:Pw%zz@host:8080/p@q:r@": "http://u:xxxxx@host:8080/p@q:r@",
+	} {
+		require.Equal(t, want, hidePassword(raw), raw)
+	}
 }
 
 // TestAHeldBackHostDoesNotStallTheOthers: a host that answers 429 with a

@@ -35,14 +35,12 @@ func newLineWriter(w io.Writer) *lineWriter {
 }
 
 // write writes r as one line, with the password of its URL, if any, and
-// of any copy of the URL in its error, shown as "xxxxx".
+// of any copy of the URL in its error, shown as "xxxxx", even when the URL
+// does not parse.
 func (lw *lineWriter) write(r result) error {
-	if u, err := url.Parse(r.URL); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			safe := u.Redacted()
-			r.Error = strings.ReplaceAll(r.Error, r.URL, safe)
-			r.URL = safe
-		}
+	if safe := hidePassword(r.URL); safe != r.URL {
+		r.Error = strings.ReplaceAll(r.Error, r.URL, safe)
+		r.URL = safe
 	}
 	if err := lw.enc.Encode(r); err != nil {
 		return fmt.Errorf("write result for %q: %w", r.URL, err)
@@ -100,4 +98,35 @@ func writeTable(w io.Writer, reports []siteReport) error {
 		return fmt.Errorf("write table: %w", err)
 	}
 	return nil
+}
+
+// hidePassword returns raw with the password of its user, if any, shown as
+// "xxxxx", as url.URL.Redacted does. A line that does not parse as a URL
+// (a bad escape, a space in the host) can still carry one: what stands
+// between the first ':' and the last '@' of its authority (after "://", up
+// to the first '/', '?' or '#') is taken for a password.
+func hidePassword(raw string) string {
+	if u, err := url.Parse(raw); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+		return raw
+	}
+	start := 0
+	if i := strings.Index(raw, "://"); i >= 0 {
+		start = i + len("://")
+	}
+	auth := raw[start:]
+	if end := strings.IndexAny(auth, "/?#"); end >= 0 {
+		auth = auth[:end]
+	}
+	at := strings.LastIndexByte(auth, '@')
+	if at < 0 {
+		return raw
+	}
+	colon := strings.IndexByte(auth[:at], ':')
+	if colon < 0 {
+		return raw
+	}
+	return raw[:start+colon+1] + "xxxxx" + raw[start+at:]
 }

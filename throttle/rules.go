@@ -2,6 +2,9 @@ package throttle
 
 import (
 	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -160,8 +163,69 @@ func (rs *Rules) clone() *Rules {
 	return c
 }
 
-// hasExplicit reports whether name has an exact or wildcard rule.
-func (rs *Rules) hasExplicit(name string) bool {
-	_, p, ok := rs.Lookup(name)
-	return ok && p != DefaultPattern
+// forKeyMode returns the rules of the quotas under mode, each looked up by
+// the quota's name, so that every process gives a quota the same rule
+// whichever of its hosts it meets first.
+//
+// ByHost: rs itself. ByDomain: a pattern within one registrable domain (an
+// exact host, or a wildcard such as *.api.example.com) sets the rule of
+// that domain's quota, and two that set different rules for one domain are
+// an error naming both; a wildcard over many domains (*.co.uk, *.com) stays
+// a wildcard over their names. ByIP: a quota is an address, so only exact
+// IP patterns and the default can apply; a host name or wildcard pattern is
+// an error naming it.
+func (rs *Rules) forKeyMode(mode KeyMode) (*Rules, error) {
+	if mode == ByHost {
+		return rs.clone(), nil
+	}
+	out := &Rules{def: rs.def, hasDef: rs.hasDef}
+	setBy := map[string]string{} // quota name -> the pattern that set its rule
+	set := func(quota, pattern string, r Rule) error {
+		if prev, ok := setBy[quota]; ok {
+			if out.exact[quota] != r {
+				return fmt.Errorf("%w: with key mode %v, %q (%v) and %q (%v) both set the rule of the quota %q; give it one rule",
+					ErrBadRule, mode, prev, out.exact[quota], pattern, r, quota)
+			}
+			return nil
+		}
+		if out.exact == nil {
+			out.exact = make(map[string]Rule)
+		}
+		setBy[quota], out.exact[quota] = pattern, r
+		return nil
+	}
+	byIP := func(pattern string) error {
+		return fmt.Errorf("%w: pattern %q cannot apply with key mode ip: a quota is an address; give the address its rule (1.2.3.4=N/DURATION) or use the default",
+			ErrBadRule, pattern)
+	}
+	for _, p := range slices.Sorted(maps.Keys(rs.exact)) { // the same error every time
+		r := rs.exact[p]
+		if mode == ByIP {
+			if _, err := netip.ParseAddr(p); err != nil {
+				return nil, byIP(p)
+			}
+			if err := set(p, p, r); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := set(registrableDomain(p), p, r); err != nil {
+			return nil, err
+		}
+	}
+	for _, w := range rs.wild {
+		pattern := "*" + w.suffix
+		if mode == ByIP {
+			return nil, byIP(pattern)
+		}
+		probe := "fleetgate-probe" + w.suffix
+		if registrableDomain(probe) == probe { // *.PUBLIC-SUFFIX: one quota per domain under it
+			out.wild = append(out.wild, w)
+			continue
+		}
+		if err := set(registrableDomain(probe), pattern, w.rule); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }

@@ -26,10 +26,17 @@ const (
 	ByHost KeyMode = iota
 	// ByDomain groups host names by registrable domain (eTLD+1, from the
 	// public suffix list): www.example.co.uk and api.example.co.uk share
-	// example.co.uk's quota. IPs stay as they are.
+	// example.co.uk's quota. IPs stay as they are. A domain's rule is the
+	// one its patterns set (example.co.uk, api.example.co.uk or
+	// *.example.co.uk; New refuses patterns that set different rules for
+	// one domain), else a wildcard over domains (*.co.uk), else the
+	// default: the same in every process, whichever host comes first.
 	ByDomain
-	// ByIP groups host names by the first address they resolve to, since
-	// bans are per IP. Resolutions are cached by the Throttler.
+	// ByIP groups host names by the lowest address they resolve to, since
+	// bans are per IP. Resolutions are cached by the Throttler for a
+	// minute, whatever the records' TTL. An address's rule is its exact
+	// pattern (1.2.3.4=…) or the default; New refuses host name and
+	// wildcard patterns, which cannot name an address.
 	ByIP
 )
 

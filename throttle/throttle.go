@@ -121,7 +121,11 @@ func New(rules *Rules, opts ...Option) (*Throttler, error) {
 	if c.resolver == nil {
 		c.resolver = net.DefaultResolver
 	}
-	t := &Throttler{cfg: c, rules: rules.clone(), store: c.store, done: make(chan struct{})}
+	quotaRules, err := rules.forKeyMode(c.keyMode)
+	if err != nil {
+		return nil, fmt.Errorf("throttle: %w", err)
+	}
+	t := &Throttler{cfg: c, rules: quotaRules, store: c.store, done: make(chan struct{})}
 	if t.store == nil {
 		t.store, t.ownsStore = NewMemoryStore(WithMemoryClock(c.now)), true
 	}
@@ -527,16 +531,10 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 		}
 		expires = t.cfg.now().Add(time.Minute)
 	}
-	rule, _, ok := t.rules.Lookup(name)
-	if !ok || (key != name && !t.rules.hasExplicit(name)) {
-		if r, _, ok2 := t.rules.Lookup(key); ok2 {
-			rule, ok = r, true
-		}
-	}
+	rule, _, ok := t.rules.Lookup(key) // the quota's rule (see Rules.forKeyMode)
 	if !ok {
 		return nil, fmt.Errorf("throttle: %q: %w", name, ErrNoRule)
 	}
-	// Hosts grouped into one target share the rule of the first one seen.
 	v, ok := t.targets.Load(key)
 	if !ok {
 		v, _ = t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin, t.cfg.maxBatch))

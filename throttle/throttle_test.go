@@ -208,11 +208,17 @@ func TestKeyModes(t *testing.T) {
 	require.Equal(t, "example.co.uk", name)
 	require.Equal(t, 7, rule.Limit, "a wildcard for the host applies to its group")
 
-	tr2, err := New(rules, WithKeyMode(ByIP))
+	_, err = New(rules, WithKeyMode(ByIP))
+	require.ErrorIs(t, err, ErrBadRule)
+	require.ErrorContains(t, err, `"*.example.co.uk" cannot apply with key mode ip`)
+	ipRules, err := ParseRules("*=5/1s", "127.0.0.1=3/1s", "::1=3/1s")
+	require.NoError(t, err)
+	tr2, err := New(ipRules, WithKeyMode(ByIP))
 	require.NoError(t, err)
 	defer tr2.Close()
-	name, _, err = tr2.Target(context.Background(), "localhost")
+	name, rule, err = tr2.Target(context.Background(), "localhost")
 	require.NoError(t, err)
+	require.Equal(t, 3, rule.Limit, "the address's rule")
 	require.Contains(t, []string{"127.0.0.1", "::1"}, name)
 }
 
@@ -666,4 +672,42 @@ func TestAWaitThatWakesLongPastItsSlotBooksAgain(t *testing.T) {
 		require.False(t, d.Allowed, "the wait was booked again when it woke: its entry is now, not 2s ago")
 		require.Equal(t, time.Second, d.RetryAfter)
 	})
+}
+
+func TestAQuotasRuleDoesNotDependOnTheFirstHost(t *testing.T) {
+	ctx := context.Background()
+	rules, err := ParseRules("*=2/1s", "api.example.com=10/1s", "*.com=3/1s")
+	require.NoError(t, err)
+	for _, order := range [][]string{{"api.example.com", "www.example.com"}, {"www.example.com", "api.example.com"}} {
+		tr, err := New(rules, WithKeyMode(ByDomain))
+		require.NoError(t, err)
+		for _, host := range order {
+			name, rule, err := tr.Target(ctx, host)
+			require.NoError(t, err)
+			require.Equal(t, "example.com", name)
+			require.Equal(t, 10, rule.Limit, "%s, after %v: the domain's pattern sets the quota's rule", host, order)
+		}
+		name, rule, err := tr.Target(ctx, "other.com")
+		require.NoError(t, err)
+		require.Equal(t, "other.com", name)
+		require.Equal(t, 3, rule.Limit, "a wildcard over domains applies to each")
+		require.NoError(t, tr.Close())
+	}
+
+	for _, specs := range [][]string{
+		{"api.example.com=10/1s", "www.example.com=2/1s"},
+		{"example.com=10/1s", "*.api.example.com=2/1s"},
+	} {
+		rules, err := ParseRules(specs...)
+		require.NoError(t, err)
+		_, err = New(rules, WithKeyMode(ByDomain))
+		require.ErrorIs(t, err, ErrBadRule, "%v", specs)
+		require.ErrorContains(t, err, `quota "example.com"`)
+		require.NoError(t, func() error { tr, err := New(rules); tr.Close(); return err }(), "by host they do not conflict")
+	}
+	same, err := ParseRules("api.example.com=10/1s", "www.example.com=10/1s")
+	require.NoError(t, err)
+	tr, err := New(same, WithKeyMode(ByDomain))
+	require.NoError(t, err, "patterns that agree are fine")
+	require.NoError(t, tr.Close())
 }

@@ -24,7 +24,7 @@ func RetryableHTTPBackoff(p *Exponential, maxWait time.Duration) retryablehttp.B
 	}
 	return func(_, _ time.Duration, attemptNum int, resp *http.Response) time.Duration {
 		if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
-			if d, err := ParseRetryAfter(resp.Header.Get("Retry-After"), ResponseDate(resp.Header, time.Now()), maxWait); err == nil {
+			if d, err := ParseRetryAfterField(resp.Header.Values("Retry-After"), ResponseDate(resp.Header, time.Now()), maxWait); err == nil {
 				return d
 			}
 		}

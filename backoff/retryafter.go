@@ -73,6 +73,28 @@ func ParseRetryAfter(value string, now time.Time, maxWait time.Duration) (time.D
 	return 0, invalidRetryAfter(value, "neither delta-seconds nor an HTTP-date")
 }
 
+// ParseRetryAfterField reads a response's Retry-After field, given as its
+// field lines (http.Header's values): one line is ParseRetryAfter's. A
+// server that sends several lines asks for them all, so the longest wait
+// is the answer, if every line is valid; one invalid line makes the whole
+// field untrusted. (One line holding a list, "2, 3", is not split: an
+// HTTP-date has a comma of its own; it is invalid.) No lines is an error
+// wrapping [ErrInvalidRetryAfter] too.
+func ParseRetryAfterField(lines []string, now time.Time, maxWait time.Duration) (time.Duration, error) {
+	if len(lines) == 0 {
+		return 0, invalidRetryAfter("", "no field")
+	}
+	var longest time.Duration
+	for _, v := range lines {
+		d, err := ParseRetryAfter(v, now, maxWait)
+		if err != nil {
+			return 0, err
+		}
+		longest = max(longest, d)
+	}
+	return longest, nil
+}
+
 // ResponseDate returns the time a response's Date field gives (RFC 9110
 // §6.6.1), or now when it has none that parses: the clock to read the
 // response's HTTP-dates and Unix times against. A Date field has whole

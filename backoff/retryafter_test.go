@@ -141,3 +141,29 @@ func TestResponseDate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 7*time.Second, d)
 }
+
+func TestParseRetryAfterField(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	inTen := now.Add(10 * time.Second).Format(http.TimeFormat)
+	for _, tt := range []struct {
+		lines []string
+		want  time.Duration
+		bad   bool
+	}{
+		{lines: []string{"5"}, want: 5 * time.Second},
+		{lines: []string{"1", "100"}, want: 100 * time.Second},
+		{lines: []string{"100", "1"}, want: 100 * time.Second},
+		{lines: []string{inTen, "3"}, want: 10 * time.Second},
+		{lines: []string{"1", "soon"}, bad: true},
+		{lines: []string{"2, 3"}, bad: true},
+		{lines: nil, bad: true},
+	} {
+		got, err := backoff.ParseRetryAfterField(tt.lines, now, 5*time.Minute)
+		if tt.bad {
+			require.ErrorIs(t, err, backoff.ErrInvalidRetryAfter, "%q", tt.lines)
+			continue
+		}
+		require.NoError(t, err, "%q", tt.lines)
+		require.Equal(t, tt.want, got, "%q", tt.lines)
+	}
+}

@@ -40,7 +40,7 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 	hasRetryAfter := false
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
-			d, err := backoff.ParseRetryAfter(v[0], serverNow, tr.cfg.maxRetryAfter)
+			d, err := backoff.ParseRetryAfterField(v, serverNow, tr.cfg.maxRetryAfter)
 			switch {
 			case err != nil:
 				tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring Retry-After",

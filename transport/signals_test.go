@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -82,6 +83,10 @@ func TestRetryAfterValues(t *testing.T) {
 		{name: "HTTP-date against the server's Date", status: 429, retryAfter: "{date in 10s, Date 5s behind}", lo: 8 * time.Second, hi: 11 * time.Second},
 		// A 429 whose Retry-After is unusable is a 429 without one.
 		{name: "garbage on a 429", status: 429, retryAfter: "soon", lo: transport.DefaultFirstPause/2 - 200*time.Millisecond, hi: transport.DefaultFirstPause, wantLog: "DEBUG fleetgate: ignoring Retry-After"},
+		// Several field lines ask for them all: the longest; one bad line
+		// spoils the field.
+		{name: "two lines", status: 503, retryAfter: "1\n3", lo: 2800 * time.Millisecond, hi: 3 * time.Second},
+		{name: "a bad line among two", status: 503, retryAfter: "3\nsoon", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
 		// Only 429 and 503 say when to come back.
 		{name: "on a 500", status: 500, retryAfter: "3"},
 	}
@@ -92,7 +97,9 @@ func TestRetryAfterValues(t *testing.T) {
 				if tt.retryAfter == "{date in 10s, Date 5s behind}" {
 					w.Header().Set("Date", expand("{5s behind}"))
 				}
-				w.Header().Set("Retry-After", expand(tt.retryAfter))
+				for _, line := range strings.Split(tt.retryAfter, "\n") {
+					w.Header().Add("Retry-After", expand(line))
+				}
 				w.WriteHeader(tt.status)
 			})
 			thr := newThrottler(t, "100/1s", tt.thrOpts...)

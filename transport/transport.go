@@ -97,7 +97,8 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // Under the limit an attempt costs one store call.
 //
 // Every response is read for signals, whatever its status: a valid
-// Retry-After on a 429 or 503 pauses the whole fleet for that long; a 429
+// Retry-After on a 429 or 503 pauses the whole fleet for that long (the
+// longest of several field lines; see backoff.ParseRetryAfterField); a 429
 // without one pauses it for a time that grows with each 429 in a row (see
 // WithPauseBackoff); RateLimit or X-RateLimit fields saying no requests
 // remain pause it until their reset. Every such wait is capped (see

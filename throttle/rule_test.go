@@ -94,7 +94,8 @@ func TestRulesPrecedence(t *testing.T) {
 }
 
 func TestRulesErrorsNameTheSpec(t *testing.T) {
-	for _, spec := range []string{"example.com", "example.com=0/1s", "example.com=5/0s", "*.=1/1s", "a*b.com=1/1s", "=1/1s", "*.exa mple.com=1/1s"} {
+	for _, spec := range []string{"example.com", "example.com=0/1s", "example.com=5/0s", "*.=1/1s", "a*b.com=1/1s", "=1/1s", "*.exa mple.com=1/1s",
+		"*.1.2.3.4=1/1s", "*.::1=1/1s", "*.[::1]=1/1s"} {
 		t.Run(spec, func(t *testing.T) {
 			_, err := ParseRules(spec)
 			require.Error(t, err)

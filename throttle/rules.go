@@ -117,6 +117,9 @@ func canonicalPattern(pattern string) (string, error) {
 		if err != nil || strings.ContainsAny(name, "*") {
 			return "", fmt.Errorf("%w: pattern %q is not *.DOMAIN", ErrBadRule, pattern)
 		}
+		if _, err := netip.ParseAddr(name); err == nil {
+			return "", fmt.Errorf("%w: pattern %q: an IP address has no subdomains; write the address alone", ErrBadRule, pattern)
+		}
 		return "*." + name, nil
 	}
 	name, err := normalizeHost(p)

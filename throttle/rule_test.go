@@ -116,6 +116,16 @@ func TestNormalize(t *testing.T) {
 		{"::FFFF:7f00:1", "127.0.0.1"},
 		{"bücher.example", "xn--bcher-kva.example"},
 		{"localhost", "localhost"},
+		// inet_aton's forms of an IPv4 address, as resolvers read them.
+		{"127.1", "127.0.0.1"},
+		{"2130706433", "127.0.0.1"},
+		{"0x7f.1:8080", "127.0.0.1"},
+		{"0177.0.0.1", "127.0.0.1"},
+		{"010.0.0.1", "8.0.0.1"},
+		{"10.0x10.258", "10.16.1.2"},
+		{"127.0.0.1.", "127.0.0.1"},
+		{"host-1.example", "host-1.example"},
+		{"0xcafe.example", "0xcafe.example"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -124,7 +134,8 @@ func TestNormalize(t *testing.T) {
 			require.Equal(t, tt.want, got)
 		})
 	}
-	for _, bad := range []string{"", "  ", "[::1", "exa mple.com", "a..b", "http://x.com/"} {
+	for _, bad := range []string{"", "  ", "[::1", "exa mple.com", "a..b", "http://x.com/",
+		"example.123", "1.2.3.4.5", "256.1.1.1", "1.2.3.256", "4294967296", "09.1", "1..2"} {
 		t.Run("bad "+bad, func(t *testing.T) {
 			_, err := Normalize(bad)
 			require.ErrorIs(t, err, ErrBadTarget)

@@ -67,7 +67,10 @@ func (m KeyMode) String() string {
 // Normalize returns the canonical form of a host, a host:port, a bracketed
 // IPv6 literal or an IP: lower case, port and trailing dot dropped,
 // internationalised names in ASCII (punycode), IPv6 in its compressed form,
-// an IPv4-mapped IPv6 address (::ffff:1.2.3.4) as its IPv4 address.
+// an IPv4-mapped IPv6 address (::ffff:1.2.3.4) as its IPv4 address, and
+// the other spellings resolvers accept for an IPv4 address (127.1,
+// 2130706433, 0x7f.0.0.1: inet_aton's) as the dotted one. A name whose
+// last label is a number and that is no such address is an error.
 // It is what every quota is keyed by (before any grouping by KeyMode).
 func Normalize(host string) (string, error) {
 	return normalizeHost(host)
@@ -95,6 +98,16 @@ func normalizeHost(host string) (string, error) {
 		return ip.WithZone("").Unmap().String(), nil
 	}
 	h = strings.TrimSuffix(h, ".")
+	if endsInANumber(h) {
+		// 127.1, 2130706433, 0x7f.1: the IPv4 forms of inet_aton, which
+		// resolvers and browsers read as 127.0.0.1 (the WHATWG URL
+		// standard's IPv4 parser); a name ending in a number is no DNS name.
+		ip, ok := parseLegacyIPv4(h)
+		if !ok {
+			return "", fmt.Errorf("%w %q: ends in a number but is not an IPv4 address", ErrBadTarget, trunc(host))
+		}
+		return ip.String(), nil
+	}
 	if !utf8.ValidString(h) {
 		return "", fmt.Errorf("%w %q: not valid UTF-8", ErrBadTarget, trunc(host))
 	}
@@ -103,6 +116,63 @@ func normalizeHost(host string) (string, error) {
 		return "", fmt.Errorf("%w %q: not a host name or IP", ErrBadTarget, trunc(host))
 	}
 	return strings.ToLower(ascii), nil
+}
+
+// endsInANumber reports whether h's last label is a number, decimal or
+// 0x-hexadecimal: h is then an IPv4 address or nothing (WHATWG URL, "ends
+// in a number checker").
+func endsInANumber(h string) bool {
+	last := h[strings.LastIndexByte(h, '.')+1:]
+	if last == "" {
+		return false
+	}
+	if hex, ok := strings.CutPrefix(strings.ToLower(last), "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return strings.Trim(last, "0123456789") == ""
+}
+
+// parseLegacyIPv4 reads the IPv4 forms inet_aton accepts: one to four
+// parts, each decimal, octal (a leading 0) or hexadecimal (0x), the last
+// filling the bytes the others leave.
+func parseLegacyIPv4(h string) (netip.Addr, bool) {
+	parts := strings.Split(h, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	nums := make([]uint64, len(parts))
+	for i, p := range parts {
+		base, digits := 10, p
+		switch lp := strings.ToLower(p); {
+		case strings.HasPrefix(lp, "0x"):
+			base, digits = 16, lp[2:]
+		case len(p) > 1 && p[0] == '0':
+			base, digits = 8, p[1:]
+		}
+		if digits == "" {
+			if base != 16 || p == "" { // "0x" alone is 0; an empty part is nothing
+				return netip.Addr{}, false
+			}
+			digits = "0"
+		}
+		n, err := strconv.ParseUint(digits, base, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		nums[i] = n
+	}
+	last := nums[len(nums)-1]
+	if last >= 1<<(8*(5-len(nums))) {
+		return netip.Addr{}, false
+	}
+	v := last
+	for i, n := range nums[:len(nums)-1] {
+		if n > 255 {
+			return netip.Addr{}, false
+		}
+		v |= n << (8 * (3 - i))
+	}
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)}), true
 }
 
 // validHostname checks the letters-digits-hyphen rule (underscores allowed,

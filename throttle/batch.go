@@ -21,7 +21,8 @@ type target struct {
 	// of it (local clock, unix ns; 0: none): from Pause, or from a store's
 	// reply. Waits honour it before asking the store, so that a pause
 	// outlives a store that lost it (Redis restarted empty).
-	pauseEnd atomic.Int64
+	pauseEnd     atomic.Int64
+	pauseChecked atomic.Int64 // when a waiter last checked the store's pause (local clock, unix ns)
 
 	mu       sync.Mutex // guards everything below
 	live     int        // the largest live-process count seen lately; 0 until the store answered

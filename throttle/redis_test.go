@@ -901,3 +901,34 @@ func TestAPauseOutlivesAStoreThatLostIt(t *testing.T) {
 	require.False(t, d.Allowed, "the pause was told to the store again, for the processes that never heard of it")
 	require.InDelta(t, 3*time.Second, d.RetryAfter, float64(500*time.Millisecond))
 }
+
+func TestASleepingWaiterWritesALostPauseBack(t *testing.T) {
+	srv := redistest.StartServer(t)
+	client := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	rules, err := ParseRules("*=100/1s")
+	require.NoError(t, err)
+	process := func() *Throttler {
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	}
+	ctx := context.Background()
+	heard := process()
+	_, err = heard.Pause(ctx, "example.com", 3*time.Second)
+	require.NoError(t, err)
+	waited := make(chan error, 1)
+	go func() { waited <- heard.Wait(ctx, "example.com") }() // sleeps through the pause
+	time.Sleep(100 * time.Millisecond)
+
+	require.NoError(t, client.FlushAll(ctx).Err()) // Redis restarted empty
+	time.Sleep(2 * PauseRecheck)
+	d, err := process().Allow(ctx, "example.com") // it never heard of the pause
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "the sleeping waiter's process wrote the pause back")
+	require.InDelta(t, 2400*time.Millisecond, d.RetryAfter, float64(400*time.Millisecond))
+	require.NoError(t, <-waited)
+}

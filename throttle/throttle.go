@@ -200,7 +200,7 @@ func (t *Throttler) WaitN(ctx context.Context, host string, n int) error {
 		if err != nil {
 			return err
 		}
-		if err := t.sleep(ctx, r.Delay()); err != nil {
+		if err := t.sleepThroughPause(ctx, r.tg, r.Delay()); err != nil {
 			r.release()
 			return t.sleepError(ctx, r.tg.name)
 		}
@@ -362,7 +362,7 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 			if w.ahead > 0 {
 				reach = w.ahead
 			}
-			if err := t.sleep(ctx, max(w.grant.Delay-reach, time.Millisecond)); err != nil {
+			if err := t.sleepThroughPause(ctx, tg, max(w.grant.Delay-reach, time.Millisecond)); err != nil {
 				return nil, t.sleepError(ctx, tg.name)
 			}
 			continue
@@ -373,7 +373,7 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 					return nil, deadlineError(tg.name, paused)
 				}
 			}
-			if err := t.sleep(ctx, paused); err != nil {
+			if err := t.sleepThroughPause(ctx, tg, paused); err != nil {
 				return nil, t.sleepError(ctx, tg.name)
 			}
 			continue
@@ -498,12 +498,21 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 	if err != nil {
 		return left, fmt.Errorf("throttle: pause %q: %w", tg.name, err)
 	}
+	if known := tg.pauseLeft(t.cfg.now()); known > fleet+max(t.cfg.margin, MinStale) {
+		// The store lost a pause this process knows of (Redis restarted
+		// empty): tell it again, for the processes that never heard of it.
+		if again, err := t.store.Pause(sctx, tg.name, known); err == nil {
+			fleet = again
+		}
+	}
 	tg.pauseUntil(now.Add(fleet))
 	return max(left, fleet), nil
 }
 
 // Paused returns what is left of host's fleet-wide pause, 0 when there is
-// none. When the store fails it answers from the local copy.
+// none. When the store fails it answers from the local copy; when the
+// store has lost a pause this process knows of (Redis restarted empty), it
+// writes it back, for the processes that never heard of it.
 func (t *Throttler) Paused(ctx context.Context, host string) (time.Duration, error) {
 	return t.Pause(ctx, host, 0)
 }
@@ -584,6 +593,29 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // sleep is sleepCtx that Close also ends, with ErrClosed.
 func (t *Throttler) sleep(ctx context.Context, d time.Duration) error {
 	return sleepUntil(ctx, t.done, d)
+}
+
+// PauseRecheck is how often a process whose waiters sleep through a pause
+// it knows of makes sure the store still holds it (see Paused), so that a
+// pause Redis lost in a restart is written back before the other
+// processes' next requests, not after the pause.
+const PauseRecheck = 250 * time.Millisecond
+
+// sleepThroughPause is sleep for a waiter of tg: while a pause this
+// process knows of lasts, one waiter of the target checks the store's
+// pause every PauseRecheck.
+func (t *Throttler) sleepThroughPause(ctx context.Context, tg *target, d time.Duration) error {
+	for d > PauseRecheck && tg.pauseLeft(t.cfg.now()) > PauseRecheck {
+		if err := t.sleep(ctx, PauseRecheck); err != nil {
+			return err
+		}
+		d -= PauseRecheck
+		now := t.cfg.now().UnixNano()
+		if last := tg.pauseChecked.Load(); now-last >= int64(PauseRecheck) && tg.pauseChecked.CompareAndSwap(last, now) {
+			_, _ = t.Pause(ctx, tg.name, 0) // writes the pause back if the store lost it
+		}
+	}
+	return t.sleep(ctx, d)
 }
 
 // sleepError is the error of a wait whose sleep ended early: Close's, or

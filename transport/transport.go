@@ -260,8 +260,17 @@ func (tr *Transport) wait(ctx context.Context, host string) error {
 		// (a pause known only locally would otherwise hand out the same
 		// early slot again and again).
 		_ = r.Cancel(context.WithoutCancel(ctx))
-		if err := sleep(ctx, left); err != nil {
-			return fmt.Errorf("wait for %q: %w", r.Target(), err)
+		for left > 0 {
+			// Asking again every PauseRecheck writes the pause back if
+			// Redis loses it meanwhile, before other processes send.
+			if err := sleep(ctx, min(left, throttle.PauseRecheck)); err != nil {
+				return fmt.Errorf("wait for %q: %w", r.Target(), err)
+			}
+			if left -= throttle.PauseRecheck; left > 0 {
+				if now, err := tr.t.Paused(ctx, host); err == nil {
+					left = now
+				}
+			}
 		}
 	}
 }

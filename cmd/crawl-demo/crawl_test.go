@@ -455,8 +455,11 @@ func TestHidePassword(t *testing.T) {
 		"u:pw@example.com/x":              "u:xxxxx@example.com/x",
 		"http://example.com:80/a@b":       "http://example.com:80/a@b",
 		"http://[::1:80/x":                "http://[::1:80/x",
-		"https://h%zz/p?q=a:b@c":          "https://h%zz/p?q=a:b@c",
-		"http://u:Pw%zz@host:8080/p@q:r@": "http://u:xxxxx@host:8080/p@q:r@",
+		"http://u:Pw#Leak@a b.com/":       "http://u:xxxxx@a b.com/",
+		"http://u:Pw/Leak@a b.com/":       "http://u:xxxxx@a b.com/",
+		"http://u:Pw?Leak@a b.com/":       "http://u:xxxxx@a b.com/",
+		"https://h%zz/p?q=a:b@c":          "https://h%zz/p?q=a:xxxxx@c", // more than the password, never less
+		"http://u:Pw%zz@host:8080/p@q:r@": "http://u:xxxxx@",
 	} {
 		require.Equal(t, want, hidePassword(raw), raw)
 	}

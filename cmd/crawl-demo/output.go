@@ -102,13 +102,16 @@ func writeTable(w io.Writer, reports []siteReport) error {
 
 // hidePassword returns raw with the password of its user, if any, shown as
 // "xxxxx", as url.URL.Redacted does. A line that does not parse as a URL
-// (a bad escape, a space in the host) can still carry one: what stands
-// between the first ':' and the last '@' of its authority (after "://", up
-// to the first '/', '?' or '#') is taken for a password.
+// (a bad escape, a space in the host, a '#' or '/' in the password) can
+// still carry one: everything between the first ':' after "://" and the
+// last '@' is taken for a password, which may hide more than one, never
+// less.
 func hidePassword(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			return u.Redacted()
+	if u, err := url.Parse(raw); err == nil && u.Opaque == "" { // "u:pw@host" parses as scheme u, opaque "pw@host"
+		if u.User != nil {
+			if _, ok := u.User.Password(); ok {
+				return u.Redacted()
+			}
 		}
 		return raw
 	}
@@ -117,9 +120,6 @@ func hidePassword(raw string) string {
 		start = i + len("://")
 	}
 	auth := raw[start:]
-	if end := strings.IndexAny(auth, "/?#"); end >= 0 {
-		auth = auth[:end]
-	}
 	at := strings.LastIndexByte(auth, '@')
 	if at < 0 {
 		return raw

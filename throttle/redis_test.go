@@ -862,22 +862,10 @@ func TestAShareHolderIsStillCountedWhenANewcomerJoins(t *testing.T) {
 }
 
 func TestAPauseOutlivesAStoreThatLostIt(t *testing.T) {
-	srv := redistest.StartServer(t)
-	client := srv.Client(t)
-	prefix := redistest.KeyPrefix(t)
-	rules, err := ParseRules("*=100/1s")
-	require.NoError(t, err)
-	process := func() *Throttler {
-		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
-		require.NoError(t, err)
-		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = tr.Close() })
-		return tr
-	}
+	client, process := processesOnOneRedis(t, "*=100/1s")
 	ctx := context.Background()
 	heard, saw := process(), process()
-	_, err = heard.Pause(ctx, "example.com", 3*time.Second) // it heard a 429
+	_, err := heard.Pause(ctx, "example.com", 3*time.Second) // it heard a 429
 	require.NoError(t, err)
 	d, err := saw.Allow(ctx, "example.com") // the store told it
 	require.NoError(t, err)
@@ -903,22 +891,10 @@ func TestAPauseOutlivesAStoreThatLostIt(t *testing.T) {
 }
 
 func TestASleepingWaiterWritesALostPauseBack(t *testing.T) {
-	srv := redistest.StartServer(t)
-	client := srv.Client(t)
-	prefix := redistest.KeyPrefix(t)
-	rules, err := ParseRules("*=100/1s")
-	require.NoError(t, err)
-	process := func() *Throttler {
-		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
-		require.NoError(t, err)
-		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = tr.Close() })
-		return tr
-	}
+	client, process := processesOnOneRedis(t, "*=100/1s")
 	ctx := context.Background()
 	heard := process()
-	_, err = heard.Pause(ctx, "example.com", 3*time.Second)
+	_, err := heard.Pause(ctx, "example.com", 3*time.Second)
 	require.NoError(t, err)
 	waited := make(chan error, 1)
 	go func() { waited <- heard.Wait(ctx, "example.com") }() // sleeps through the pause
@@ -931,4 +907,23 @@ func TestASleepingWaiterWritesALostPauseBack(t *testing.T) {
 	require.False(t, d.Allowed, "the sleeping waiter's process wrote the pause back")
 	require.InDelta(t, 2400*time.Millisecond, d.RetryAfter, float64(400*time.Millisecond))
 	require.NoError(t, <-waited)
+}
+
+// processesOnOneRedis starts a Redis and returns its client and a function
+// that starts a process on it: a Throttler with a RedisStore of its own
+// and rule, closed when t ends.
+func processesOnOneRedis(t *testing.T, rule string) (*redis.Client, func() *Throttler) {
+	t.Helper()
+	client := redistest.StartServer(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	rules, err := ParseRules(rule)
+	require.NoError(t, err)
+	return client, func() *Throttler {
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	}
 }

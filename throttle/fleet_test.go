@@ -271,7 +271,7 @@ func TestFleetSurvivesRedisRestart(t *testing.T) {
 				// goroutine must not look like a burst.
 				for {
 					r, err := tr.ReserveN(ctx, "fleet.example", 1)
-					if err != nil || sleepCtx(ctx, r.Delay()) != nil {
+					if err != nil || sleepUntil(ctx, nil, r.Delay()) != nil {
 						return
 					}
 					mu.Lock()

@@ -584,13 +584,8 @@ func nextID() uint64 { return ids.Add(1) }
 // maxCachedHosts bounds the host cache of a long crawl over many hosts.
 const maxCachedHosts = 100_000
 
-// sleepCtx sleeps d, or returns ctx's cause as soon as ctx ends (at once
-// if it has, whatever d).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	return sleepUntil(ctx, nil, d)
-}
-
-// sleep is sleepCtx that Close also ends, with ErrClosed.
+// sleep sleeps d, or returns ctx's cause as soon as ctx ends (at once if
+// it has, whatever d), or ErrClosed as soon as Close is called.
 func (t *Throttler) sleep(ctx context.Context, d time.Duration) error {
 	return sleepUntil(ctx, t.done, d)
 }
@@ -627,6 +622,8 @@ func (t *Throttler) sleepError(ctx context.Context, target string) error {
 	return waitError(ctx, target)
 }
 
+// sleepUntil sleeps d, or returns ctx's cause or ErrClosed as soon as ctx
+// ends or closed is closed (a nil closed never is).
 func sleepUntil(ctx context.Context, closed <-chan struct{}, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return context.Cause(ctx)

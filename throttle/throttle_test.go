@@ -583,11 +583,11 @@ func TestAPanickingStoreDoesNotWedgeTheTarget(t *testing.T) {
 // computed must stop when its caller gives up.
 func TestSleepCtxEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	require.NoError(t, sleepCtx(ctx, 0))
-	require.NoError(t, sleepCtx(ctx, -time.Second))
+	require.NoError(t, sleepUntil(ctx, nil, 0))
+	require.NoError(t, sleepUntil(ctx, nil, -time.Second))
 	cancel()
 	for _, d := range []time.Duration{-time.Second, 0, time.Hour} {
-		require.ErrorIs(t, sleepCtx(ctx, d), context.Canceled, "sleep %v", d)
+		require.ErrorIs(t, sleepUntil(ctx, nil, d), context.Canceled, "sleep %v", d)
 	}
 }
 

@@ -19,8 +19,8 @@ type target struct {
 
 	// pauseEnd is the end of the fleet's pause as this process last heard
 	// of it (local clock, unix ns; 0: none): from Pause, or from a store's
-	// reply. Waits honour it before asking the store, so that a pause
-	// outlives a store that lost it (Redis restarted empty).
+	// reply. A store grant inside it is given back (lostPause), so that a
+	// pause outlives a store that lost it (Redis restarted empty).
 	pauseEnd     atomic.Int64
 	pauseChecked atomic.Int64 // when a waiter last checked the store's pause (local clock, unix ns)
 

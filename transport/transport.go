@@ -237,18 +237,13 @@ func (tr *Transport) wait(ctx context.Context, host string) error {
 		if err != nil {
 			return err
 		}
-		d := r.Delay()
-		if d <= slept {
-			if err := sleepFor(ctx, r, d); err != nil || !r.Stale() {
+		left := time.Duration(0)
+		if d := r.Delay(); d > slept {
+			if err := sleepFor(ctx, r, d-pauseCheckLead); err != nil {
 				return err
 			}
-			_ = r.Cancel(context.WithoutCancel(ctx)) // woke long past the slot: book again
-			continue
+			left, _ = tr.t.Paused(ctx, host) // on a store error, the local copy answers
 		}
-		if err := sleepFor(ctx, r, d-pauseCheckLead); err != nil {
-			return err
-		}
-		left, _ := tr.t.Paused(ctx, host) // on a store error, the local copy answers
 		if left <= 0 {
 			if err := sleepFor(ctx, r, r.Delay()); err != nil || !r.Stale() {
 				return err

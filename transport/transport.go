@@ -117,6 +117,13 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // one is drained (at most 64 KiB) and closed like every discarded response,
 // and then the quota's error is returned.
 //
+// net/http sends an idempotent request again, on another connection, when
+// a reused connection fails before the response (the target may have
+// received the first): such a replay waits on the quota too, and one that
+// finds no slot is not sent (RoundTrip then returns an *Error wrapping the
+// quota's error). A returned response's body ends the attempt's context
+// when it is closed, as every response body must be.
+//
 // When it fails before an attempt is sent (the quota wait fails: a bad
 // target, ctx ended, or a slot past ctx's deadline), RoundTrip returns an
 // *Error wrapping the cause; req's body is closed, and a slot booked for
@@ -140,9 +147,13 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	)
 	for attempt = 1; ; attempt++ {
 		start := tr.cfg.now()
-		out, werr := tr.prepare(ctx, req, host, attempt, delay)
+		actx, guard := tr.guard(ctx, req, host)
+		out, werr := tr.prepare(ctx, actx, req, host, attempt, delay)
 		info := AttemptInfo{Request: req, Attempt: attempt, Waited: tr.cfg.now().Sub(start)}
 		if werr != nil {
+			if guard != nil {
+				guard.done(nil)
+			}
 			if attempt == 1 {
 				closeBody(req)
 			}
@@ -165,6 +176,18 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp = nil
 		case err == nil && resp == nil:
 			err = errNoResponse
+		}
+		if guard != nil {
+			if gerr := guard.stopped(); gerr != nil { // a replay found no slot: not sent
+				if resp != nil {
+					discard(resp)
+				}
+				guard.done(nil)
+				info.Err = gerr
+				tr.report(info)
+				return nil, &Error{Host: host, Attempt: attempt, Err: gerr}
+			}
+			resp = guard.done(resp)
 		}
 		var sg signals
 		if resp != nil {
@@ -200,15 +223,16 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // prepare waits delay, then on the quota, and returns the request to send
-// for this attempt: a clone of req, with a fresh body after the first. On
-// error nothing is left open and no slot is kept.
-func (tr *Transport) prepare(ctx context.Context, req *http.Request, host string, attempt int, delay time.Duration) (*http.Request, error) {
+// for this attempt: a clone of req with the attempt's context actx, and a
+// fresh body after the first. On error nothing is left open and no slot is
+// kept.
+func (tr *Transport) prepare(ctx, actx context.Context, req *http.Request, host string, attempt int, delay time.Duration) (*http.Request, error) {
 	if delay > 0 {
 		if err := sleep(ctx, delay); err != nil {
 			return nil, fmt.Errorf("delay before retry: %w", err)
 		}
 	}
-	out := req.Clone(ctx)
+	out := req.Clone(actx)
 	if attempt > 1 && out.Body != nil && out.Body != http.NoBody {
 		body, err := req.GetBody()
 		if err != nil {

@@ -1,0 +1,77 @@
+package transport_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/transport"
+)
+
+// resetting answers /reset by closing the connection with a reset after
+// reading the request, and everything else with 200.
+func resetting(t *testing.T) answer {
+	return func(_ int, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/reset" {
+			w.WriteHeader(http.StatusOK)
+			return
+		}
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		_ = conn.(*net.TCPConn).SetLinger(0) // close with RST
+		_ = conn.Close()
+	}
+}
+
+// net/http resends an idempotent request on another connection when a
+// reused one fails before the response's first byte, and the target may
+// have received the first: each such replay pays the quota too.
+func TestReplaysOfTheBaseTransportPayTheQuota(t *testing.T) {
+	for _, tc := range []struct {
+		rule     string
+		arrivals int  // the target's count: /ok, /reset, and the replay if it had a slot
+		refused  bool // no slot for the replay before the deadline: not sent
+	}{
+		{"3/1h", 3, false},
+		{"2/1h", 2, true},
+	} {
+		t.Run(tc.rule, func(t *testing.T) {
+			tg := newTarget(t, resetting(t))
+			thr := newThrottler(t, tc.rule)
+			base := &http.Transport{}
+			t.Cleanup(base.CloseIdleConnections)
+			tr := transport.New(base, thr, transport.WithoutRetries())
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, tg.URL+"/ok", nil)
+			require.NoError(t, err)
+			resp, err := roundTrip(t, tr, req)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close()) // the connection goes back to the pool
+
+			req, err = http.NewRequestWithContext(ctx, http.MethodGet, tg.URL+"/reset", nil)
+			require.NoError(t, err)
+			_, err = roundTrip(t, tr, req) // sent on the reused connection, then replayed
+			require.Error(t, err)
+			if tc.refused {
+				require.True(t, errors.Is(err, context.DeadlineExceeded), "want the quota's refusal, got %v", err)
+				var te *transport.Error
+				require.ErrorAs(t, err, &te)
+			}
+
+			require.Len(t, tg.seen(), tc.arrivals, "requests the target received")
+			d, err := thr.Allow(ctx, tg.host)
+			require.NoError(t, err)
+			require.False(t, d.Allowed, "every request the target received was counted, so the quota is used up")
+		})
+	}
+}

@@ -25,11 +25,22 @@
 // (Each copy then starts its own fake API; both listen on 127.0.0.1, the
 // target the quota is kept for, so together they stay within 20/1s.)
 //
-// It prints a summary on stderr: records, API calls, 429s, elapsed time.
+// A record it cannot enrich (a line that is not CSV, a wrong number of
+// fields, a country code that is not two letters, or a call that failed
+// for good, after the transport's retries) is rejected alone: it is left
+// out of the output, reported on stderr with its line and the reason, and
+// with -rejects written as read to that CSV file, so that it can be fixed
+// and run again; every other record is enriched and written. The job then
+// exits 1. Only an interrupt stops it early, and then it writes nothing.
+//
+// It prints a summary on stderr: records, enriched, rejected, API calls,
+// 429s, elapsed time.
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -38,6 +49,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -52,6 +64,7 @@ import (
 type config struct {
 	in       string // the input CSV file
 	out      string // the output CSV file; "" or "-" for stdout
+	rejects  string // the CSV file for rejected records; "" for none
 	api      string // the API's base URL; "" starts the fake API
 	rule     string // the quota, N/DURATION (throttle.ParseRule)
 	workers  int    // API calls in flight at most
@@ -62,6 +75,7 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
 	flag.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
+	flag.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, as read (default: only reported on stderr)")
 	flag.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
 	flag.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
 	flag.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
@@ -83,13 +97,18 @@ func main() {
 }
 
 // run reads cfg.in, enriches every record through the quota, writes the
-// result and prints a summary on stderr. It returns the first error; then
-// nothing is written.
+// enriched records to cfg.out and the rejected ones to cfg.rejects, and
+// prints a summary on stderr. A bad configuration, an unreadable input or
+// ctx ending is an error before anything is written; rejected records make
+// an error after everything is written.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	start := time.Now()
 	rule, err := throttle.ParseRule(cfg.rule)
 	if err != nil {
 		return fmt.Errorf("-rule: %w", err)
+	}
+	if cfg.rejects == "-" {
+		return errors.New("-rejects -: want a file (stdout carries the output)")
 	}
 	if cfg.workers < 1 {
 		return fmt.Errorf("-workers %d: want at least 1", cfg.workers)
@@ -134,19 +153,39 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}),
 	)}
 
-	records, err := enrich(ctx, in, &enricher{client: client, api: api}, cfg.workers)
+	records, rejects, err := enrich(ctx, in, &enricher{client: client, api: api}, cfg.workers)
 	if err != nil {
 		return err
 	}
-	if err := writeOutput(cfg.out, stdout, in.header, records); err != nil {
+	rejects = append(rejects, in.rejects...)
+	slices.SortStableFunc(rejects, func(a, b reject) int { return cmp.Compare(a.line, b.line) })
+	if err := writeCSV(cfg.out, stdout, append(slices.Clip(in.header), enrichedColumns...), records); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "pipeline: %d records, %d API calls, %d answered 429, %v (quota %v, %s)\n",
-		len(records), calls.Load(), tooMany.Load(), time.Since(start).Round(time.Millisecond), rule, q.where)
+	if cfg.rejects != "" {
+		var recs [][]string
+		for _, r := range rejects {
+			if r.record != nil { // a line that is not CSV is only reported
+				recs = append(recs, r.record)
+			}
+		}
+		if err := writeCSV(cfg.rejects, stdout, in.header, recs); err != nil {
+			return fmt.Errorf("-rejects: %w", err)
+		}
+	}
+	for _, r := range rejects {
+		fmt.Fprintf(stderr, "pipeline: line %d rejected: %v\n", r.line, r.err)
+	}
+	total := len(records) + len(rejects)
+	fmt.Fprintf(stderr, "pipeline: %d records: %d enriched, %d rejected; %d API calls, %d answered 429, %v (quota %v, %s)\n",
+		total, len(records), len(rejects), calls.Load(), tooMany.Load(), time.Since(start).Round(time.Millisecond), rule, q.where)
 	if fake != nil {
 		st := fake.Site.Stats()
 		fmt.Fprintf(stderr, "pipeline: the fake API allows %d per %v; it saw %d requests, at most %d in one window, %d answered 429\n",
 			fakeAPILimit, fakeAPIWindow, st.Requests, st.Peak, st.TooMany)
+	}
+	if len(rejects) > 0 {
+		return fmt.Errorf("%d of %d records rejected, each reported above", len(rejects), total)
 	}
 	return nil
 }

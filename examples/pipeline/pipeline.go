@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strings"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -30,10 +31,21 @@ type input struct {
 	records [][]string
 	lines   []int // the line each record starts on, for messages
 	code    int   // the index of codeColumn
+	rejects []reject
+}
+
+// reject is a record left out of the output, and why.
+type reject struct {
+	line   int
+	record []string // as read; nil when the line could not be parsed
+	err    error
 }
 
 // readInput reads the CSV file at path: a header line that names
-// codeColumn, then records with as many fields as the header.
+// codeColumn, then records with as many fields as the header. A record
+// that cannot be parsed, or has another number of fields, is rejected
+// alone (in.rejects) and reading goes on; a file without a usable header
+// is an error.
 func readInput(path string) (*input, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -41,6 +53,7 @@ func readInput(path string) (*input, error) {
 	}
 	defer f.Close()
 	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1 // checked here, record by record
 	header, err := r.Read()
 	if errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: empty, want a header line", path)
@@ -57,14 +70,35 @@ func readInput(path string) (*input, error) {
 		if errors.Is(err, io.EOF) {
 			return in, nil
 		}
-		if err != nil {
+		var perr *csv.ParseError
+		switch {
+		case errors.As(err, &perr):
+			in.rejects = append(in.rejects, reject{line: perr.StartLine, err: perr.Err})
+			continue
+		case err != nil: // reading the file failed
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		line, _ := r.FieldPos(0)
+		if len(rec) != len(header) {
+			in.rejects = append(in.rejects, reject{line: line, record: rec,
+				err: fmt.Errorf("%d fields, want %d as in the header", len(rec), len(header))})
+			continue
+		}
 		in.records = append(in.records, rec)
 		in.lines = append(in.lines, line)
 	}
 }
+
+// checkCode returns the API's spelling of a country code: two ASCII
+// letters, upper-cased. Anything else is rejected before it costs a call.
+func checkCode(code string) (string, error) {
+	if len(code) != 2 || !isLetter(code[0]) || !isLetter(code[1]) {
+		return "", fmt.Errorf("%s %q: want two letters (ISO 3166-1 alpha-2)", codeColumn, code)
+	}
+	return strings.ToUpper(code), nil
+}
+
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
 // enricher looks countries up in the API.
 type enricher struct {
@@ -102,50 +136,70 @@ func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 
 // enrich looks up every record's code, with at most workers calls in
 // flight, and returns the records with enrichedColumns appended, in input
-// order. The first failure cancels the other calls (those still waiting
-// on the quota give their slot back) and is returned, naming its line.
-func enrich(ctx context.Context, in *input, e *enricher, workers int) ([][]string, error) {
+// order, and the records it rejected (a bad code, or a call that failed
+// for good: the transport has retried what is worth retrying), in input
+// order too. Only ctx ending stops it early, with ctx's error: the calls
+// still waiting on the quota give their slot back.
+func enrich(ctx context.Context, in *input, e *enricher, workers int) ([][]string, []reject, error) {
 	out := make([][]string, len(in.records))
-	g, ctx := errgroup.WithContext(ctx)
+	errs := make([]error, len(in.records))
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(workers)
 	for i, rec := range in.records {
+		code, err := checkCode(rec[in.code])
+		if err != nil {
+			errs[i] = err
+			continue
+		}
 		g.Go(func() error {
-			c, err := e.lookup(ctx, rec[in.code])
+			c, err := e.lookup(gctx, code)
 			if err != nil {
-				return fmt.Errorf("line %d: %w", in.lines[i], err)
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				errs[i] = err
+				return nil
 			}
 			out[i] = append(slices.Clip(rec), c.Name, c.Region)
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	var good [][]string
+	var rejects []reject
+	for i, rec := range in.records {
+		if errs[i] != nil {
+			rejects = append(rejects, reject{line: in.lines[i], record: rec, err: errs[i]})
+			continue
+		}
+		good = append(good, out[i])
+	}
+	return good, rejects, nil
 }
 
-// writeOutput writes header, with enrichedColumns appended, and records as
-// CSV to the file at path, or to stdout when path is "" or "-". run calls
-// it only once every record is enriched, so a failed run leaves an earlier
-// output file as it was.
-func writeOutput(path string, stdout io.Writer, header []string, records [][]string) error {
+// writeCSV writes header and records as CSV to the file at path, or to
+// stdout when path is "" or "-". run calls it only once every record has
+// been decided, so a run stopped early leaves an earlier file as it was.
+func writeCSV(path string, stdout io.Writer, header []string, records [][]string) error {
 	if path == "" || path == "-" {
-		return writeCSV(stdout, header, records)
+		return writeRecords(stdout, header, records)
 	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := writeCSV(f, header, records); err != nil {
+	if err := writeRecords(f, header, records); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return f.Close()
 }
 
-func writeCSV(w io.Writer, header []string, records [][]string) error {
+func writeRecords(w io.Writer, header []string, records [][]string) error {
 	cw := csv.NewWriter(w)
-	if err := cw.Write(append(slices.Clip(header), enrichedColumns...)); err != nil {
+	if err := cw.Write(header); err != nil {
 		return err
 	}
 	return cw.WriteAll(records) // flushes, and reports any write error

@@ -43,7 +43,7 @@ func TestRunKeepsTheAPIUnderItsLimit(t *testing.T) {
 
 	requireEnriched(t, records, readCSV(t, out))
 	requireUnderLimit(t, api, 40)
-	require.Contains(t, stderr.String(), "pipeline: 40 records, 40 API calls, 0 answered 429, ")
+	require.Contains(t, stderr.String(), "pipeline: 40 records: 40 enriched, 0 rejected; 40 API calls, 0 answered 429, ")
 }
 
 // Two copies of the job with REDIS_URL set, each with its own throttler
@@ -98,10 +98,6 @@ func TestRunErrors(t *testing.T) {
 	dir := t.TempDir()
 	noCode := filepath.Join(dir, "nocode.csv")
 	require.NoError(t, os.WriteFile(noCode, []byte("id,name,country\nR1,Acme,DE\n"), 0o600))
-	unknown := filepath.Join(dir, "unknown.csv")
-	require.NoError(t, os.WriteFile(unknown, []byte("id,name,country_code\nR1,Acme,DE\nR2,Nowhere,XX\n"), 0o600))
-	ragged := filepath.Join(dir, "ragged.csv")
-	require.NoError(t, os.WriteFile(ragged, []byte("id,name,country_code\nR1,Acme\n"), 0o600))
 	empty := filepath.Join(dir, "empty.csv")
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 
@@ -116,9 +112,8 @@ func TestRunErrors(t *testing.T) {
 		{"missing input", func(c *config) { c.in = filepath.Join(dir, "missing.csv") }, "missing.csv: no such file"},
 		{"empty input", func(c *config) { c.in = empty }, "empty, want a header line"},
 		{"no code column", func(c *config) { c.in = noCode }, `no "country_code" column`},
-		{"ragged input", func(c *config) { c.in = ragged }, "wrong number of fields"},
 		{"bad API URL", func(c *config) { c.api = "ftp://example.com" }, `-api "ftp://example.com": want an http:// or https:// URL`},
-		{"unknown code", func(c *config) { c.in = unknown }, "line 3: GET " + api.URL + "/v1/countries/XX: 404 Not Found"},
+		{"rejects on stdout", func(c *config) { c.rejects = "-" }, "-rejects -: want a file"},
 		{"bad REDIS_URL", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:x/0" }, `REDIS_URL: invalid port ":x" after host`},
 	}
 	for _, tc := range tests {
@@ -133,6 +128,68 @@ func TestRunErrors(t *testing.T) {
 			require.Empty(t, stdout.String(), "output of a failed run")
 		})
 	}
+}
+
+// Bad records are rejected one by one, each reported with its line and
+// reason and kept as read in the -rejects file; every good record is still
+// enriched and written, and the run ends in an error that counts them.
+// Codes that cannot be a country cost no API call.
+func TestBadRecordsAreRejectedAndTheRestWritten(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	require.NoError(t, os.WriteFile(in, []byte(strings.Join([]string{
+		"id,name,country_code",
+		"R1,Acme,DE",
+		"R2,Nowhere,ZZ", // unknown to the API: 404
+		"R3,Blank,",
+		"R4,Long,USA",
+		"R5,Spaced, DE ",
+		"R6,Path,../../etc",
+		"R7,Short",
+		`R8,Quo"te,FR`, // not CSV
+		"R9,Beta,se",   // lower case is fine
+		"R10,Gamma,JP",
+	}, "\n")+"\n"), 0o600))
+	out, rej := filepath.Join(dir, "out.csv"), filepath.Join(dir, "rejects.csv")
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", workers: 4}, io.Discard, &stderr)
+	require.EqualError(t, err, "7 of 10 records rejected, each reported above", stderr.String())
+
+	head := []string{"id", "name", "country_code"}
+	require.Equal(t, [][]string{
+		append(slices.Clone(head), "country_name", "region"),
+		{"R1", "Acme", "DE", countries["DE"].Name, countries["DE"].Region},
+		{"R9", "Beta", "se", countries["SE"].Name, countries["SE"].Region},
+		{"R10", "Gamma", "JP", countries["JP"].Name, countries["JP"].Region},
+	}, readCSV(t, out))
+	f, err := os.Open(rej)
+	require.NoError(t, err)
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = -1
+	rejected, err := r.ReadAll()
+	require.NoError(t, err)
+	require.Equal(t, [][]string{head,
+		{"R2", "Nowhere", "ZZ"}, {"R3", "Blank", ""}, {"R4", "Long", "USA"}, {"R5", "Spaced", " DE "},
+		{"R6", "Path", "../../etc"}, {"R7", "Short"},
+	}, rejected, "the rejected records as read; the line that is not CSV is only reported")
+
+	for _, want := range []string{
+		"line 3 rejected: GET " + api.URL + "/v1/countries/ZZ: 404 Not Found",
+		`line 4 rejected: country_code "": want two letters`,
+		`line 5 rejected: country_code "USA": want two letters`,
+		`line 6 rejected: country_code " DE ": want two letters`,
+		`line 7 rejected: country_code "../../etc": want two letters`,
+		"line 8 rejected: 2 fields, want 3 as in the header",
+		`line 9 rejected: bare " in non-quoted-field`,
+		"pipeline: 10 records: 3 enriched, 7 rejected; 4 API calls, 0 answered 429",
+	} {
+		require.Contains(t, stderr.String(), want)
+	}
+	require.Equal(t, 4, api.Site.Stats().Requests, "calls: the three good codes and ZZ")
 }
 
 // requireUnderLimit checks that api saw n requests, none answered 429,

@@ -9,87 +9,87 @@ import (
 	"net/http/httptrace"
 	"sync"
 	"time"
+
+	"github.com/fleetgate/fleetgate/throttle"
 )
 
-// replayGuard makes the base RoundTripper's own replays pay the quota.
+// connGuard keeps an attempt within the quota up to the moment the base
+// RoundTripper writes it, through httptrace's GotConn, which net/http calls
+// each time it has a connection for the request, before a byte is written:
 //
-// net/http sends an idempotent request again, on another connection, when
-// a reused HTTP/1 connection fails before the response's first byte (a
-// reset, say): the target may well have received the first. Each attempt
-// carries a guard in its context, and every connection the base gets for
-// the attempt after its first (httptrace's GotConn, which comes before the
-// request is written) waits on the quota first. When no slot can be had
-// (ctx ended, or the slot lies past its deadline), the replay is stopped
-// before it is written: the attempt's context is cancelled and the
-// connection's writes fail at once, so the base gives up.
+//   - The first connection may come long after the slot: a dial, a TLS
+//     handshake, or a wait for a free connection happens after the quota
+//     wait. If the slot is stale by then (throttle.Reservation.Stale: later
+//     than the margin allows), it is given back and the attempt books and
+//     waits again before it is written.
+//   - net/http sends an idempotent request again, on another connection,
+//     when a reused HTTP/1 connection fails before the response's first
+//     byte (a reset, say), and the target may well have received the
+//     first: every connection after the first waits on the quota too.
+//     HTTP/2 is left alone there: it retries a stream only when the server
+//     cannot have processed it (a GOAWAY past it, a refused stream).
 //
-// Replays over HTTP/2 are left alone: net/http retries a stream there only
-// when the server cannot have processed it (a GOAWAY past it, a refused
-// stream). A base other than net/http's makes no GotConn calls, and the
-// guard does nothing.
-type replayGuard struct {
+// When no slot can be had (ctx ended, or the slot lies past its deadline),
+// the request is stopped before it is written: the attempt's context is
+// cancelled and the connection's writes fail at once, so the base gives
+// up. A base other than net/http's makes no GotConn calls; the guard then
+// does nothing.
+type connGuard struct {
 	tr     *Transport
 	ctx    context.Context // the caller's: the quota's waits are bounded by it
 	host   string
 	cancel context.CancelCauseFunc // ends the attempt's context
 	trace  httptrace.ClientTrace
 	body   attemptBody
+	res    *throttle.Reservation // the attempt's slot, set before the base runs
 
 	mu    sync.Mutex // a base may trace from another goroutine
 	conns int        // connections the base got for the attempt
-	err   error      // why a replay was stopped
+	err   error      // why the request was stopped
 }
 
-// guard returns the context for an attempt at req: ctx with a replayGuard
-// when net/http might replay req, else ctx itself and a nil guard.
-func (tr *Transport) guard(ctx context.Context, req *http.Request, host string) (context.Context, *replayGuard) {
-	if !replayable(req) {
-		return ctx, nil
-	}
-	g := &replayGuard{tr: tr, ctx: ctx, host: host}
+// guard returns the context for an attempt at host, and its connGuard.
+func (tr *Transport) guard(ctx context.Context, host string) (context.Context, *connGuard) {
+	g := &connGuard{tr: tr, ctx: ctx, host: host}
 	actx, cancel := context.WithCancelCause(ctx)
 	g.cancel = cancel
 	g.trace.GotConn = g.gotConn
 	return httptrace.WithClientTrace(actx, &g.trace), g
 }
 
-// replayable reports whether net/http may send req twice: its
-// Request.isReplayable (an idempotent method, or an Idempotency-Key, and a
-// body it can replay).
-func replayable(req *http.Request) bool {
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
-		return false
-	}
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	_, key := req.Header["Idempotency-Key"]
-	_, xkey := req.Header["X-Idempotency-Key"]
-	return key || xkey
-}
-
 // gotConn runs, on the attempt's goroutine, each time the base has a
 // connection for the request and before it writes on it.
-func (g *replayGuard) gotConn(info httptrace.GotConnInfo) {
+func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 	g.mu.Lock()
 	g.conns++
-	first, stopped := g.conns == 1, g.err != nil
+	first, stopped, res := g.conns == 1, g.err != nil, g.res
 	g.mu.Unlock()
-	if first || overHTTP2(info) {
-		return // the attempt itself, whose slot it waited for
+	var why string
+	switch {
+	case stopped:
+	case first && res != nil && res.Stale():
+		_ = res.Cancel(context.WithoutCancel(g.ctx)) // an orphan slot only makes the log stricter
+		why = "book again, the connection came too late for the slot"
+	case !first && !overHTTP2(info):
+		why = "replay on another connection"
+	default:
+		return // in time, or a retry that cannot have been processed
 	}
 	if !stopped {
-		if err := g.tr.wait(g.ctx, g.host); err != nil {
-			err = fmt.Errorf("replay on another connection: %w", err)
+		r, err := g.tr.wait(g.ctx, g.host)
+		if err == nil {
 			g.mu.Lock()
-			g.err = err
+			g.res = r
 			g.mu.Unlock()
-			g.cancel(err)
-			stopped = true
+			return
 		}
+		err = fmt.Errorf("%s: %w", why, err)
+		g.mu.Lock()
+		g.err = err
+		g.mu.Unlock()
+		g.cancel(err)
 	}
-	if stopped && info.Conn != nil {
+	if info.Conn != nil {
 		// net/http checks the context before it gets a connection, not
 		// after: a write deadline in the past fails the write before a
 		// byte leaves.
@@ -102,10 +102,18 @@ func overHTTP2(info httptrace.GotConnInfo) bool {
 	return ok && c.ConnectionState().NegotiatedProtocol == "h2"
 }
 
+// stopped returns why the request was stopped before it was written, or
+// nil.
+func (g *connGuard) stopped() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.err
+}
+
 // done ends the attempt's context once the attempt is over: when resp's
 // body is closed, or at once when there is no response. It returns resp,
 // its body wrapped to that end.
-func (g *replayGuard) done(resp *http.Response) *http.Response {
+func (g *connGuard) done(resp *http.Response) *http.Response {
 	if resp == nil || resp.Body == nil {
 		g.cancel(nil)
 		return resp
@@ -137,11 +145,4 @@ func (b *attemptBody) Close() error {
 type attemptRWBody struct {
 	*attemptBody
 	io.Writer
-}
-
-// stopped returns why a replay was stopped, or nil.
-func (g *replayGuard) stopped() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.err
 }

@@ -75,3 +75,30 @@ func TestReplaysOfTheBaseTransportPayTheQuota(t *testing.T) {
 		})
 	}
 }
+
+// A connection that comes later than the margin allows after the slot (a
+// slow dial, a TLS handshake, a wait for a free connection) books again
+// before the request is written, so that the target never sees two
+// requests closer than the rule allows.
+func TestAConnectionLateForItsSlotBooksAgain(t *testing.T) {
+	tg := newTarget(t, statuses(http.StatusOK))
+	thr := newThrottler(t, "1/500ms") // and the default margin, 50ms
+	const dialDelay = 200 * time.Millisecond
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		time.Sleep(dialDelay)
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(base.CloseIdleConnections)
+	tr := transport.New(base, thr, transport.WithoutRetries())
+	for range 2 { // the second reuses the first's connection
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tg.URL, nil)
+		require.NoError(t, err)
+		resp, err := roundTrip(t, tr, req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+	}
+	seen := tg.seen()
+	require.Len(t, seen, 2)
+	require.GreaterOrEqual(t, seen[1].at.Sub(seen[0].at), 500*time.Millisecond,
+		"the first request's slot is when it could be written, %v after it was booked", dialDelay)
+}

@@ -147,13 +147,11 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	)
 	for attempt = 1; ; attempt++ {
 		start := tr.cfg.now()
-		actx, guard := tr.guard(ctx, req, host)
-		out, werr := tr.prepare(ctx, actx, req, host, attempt, delay)
+		actx, guard := tr.guard(ctx, host)
+		out, res, werr := tr.prepare(ctx, actx, req, host, attempt, delay)
 		info := AttemptInfo{Request: req, Attempt: attempt, Waited: tr.cfg.now().Sub(start)}
 		if werr != nil {
-			if guard != nil {
-				guard.done(nil)
-			}
+			guard.done(nil)
 			if attempt == 1 {
 				closeBody(req)
 			}
@@ -168,6 +166,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, &Error{Host: host, Attempt: attempt, Err: werr}
 		}
 
+		guard.res = res
 		sent := tr.cfg.now()
 		resp, err = tr.base.RoundTrip(out)
 		switch {
@@ -177,18 +176,16 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case err == nil && resp == nil:
 			err = errNoResponse
 		}
-		if guard != nil {
-			if gerr := guard.stopped(); gerr != nil { // a replay found no slot: not sent
-				if resp != nil {
-					discard(resp)
-				}
-				guard.done(nil)
-				info.Err = gerr
-				tr.report(info)
-				return nil, &Error{Host: host, Attempt: attempt, Err: gerr}
+		if gerr := guard.stopped(); gerr != nil { // no slot at the connection: not sent
+			if resp != nil {
+				discard(resp)
 			}
-			resp = guard.done(resp)
+			guard.done(nil)
+			info.Err = gerr
+			tr.report(info)
+			return nil, &Error{Host: host, Attempt: attempt, Err: gerr}
 		}
+		resp = guard.done(resp)
 		var sg signals
 		if resp != nil {
 			sg = tr.observe(ctx, host, resp, sent)
@@ -223,54 +220,58 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // prepare waits delay, then on the quota, and returns the request to send
-// for this attempt: a clone of req with the attempt's context actx, and a
-// fresh body after the first. On error nothing is left open and no slot is
-// kept.
-func (tr *Transport) prepare(ctx, actx context.Context, req *http.Request, host string, attempt int, delay time.Duration) (*http.Request, error) {
+// for this attempt (a clone of req with the attempt's context actx, and a
+// fresh body after the first) and the reservation it waited for. On error
+// nothing is left open and no slot is kept.
+func (tr *Transport) prepare(ctx, actx context.Context, req *http.Request, host string, attempt int, delay time.Duration) (*http.Request, *throttle.Reservation, error) {
 	if delay > 0 {
 		if err := sleep(ctx, delay); err != nil {
-			return nil, fmt.Errorf("delay before retry: %w", err)
+			return nil, nil, fmt.Errorf("delay before retry: %w", err)
 		}
 	}
 	out := req.Clone(actx)
 	if attempt > 1 && out.Body != nil && out.Body != http.NoBody {
 		body, err := req.GetBody()
 		if err != nil {
-			return nil, fmt.Errorf("replay body: %w", err)
+			return nil, nil, fmt.Errorf("replay body: %w", err)
 		}
 		out.Body = body
 	}
-	if err := tr.wait(ctx, host); err != nil {
+	r, err := tr.wait(ctx, host)
+	if err != nil {
 		if attempt > 1 {
 			closeBody(out)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return out, nil
+	return out, r, nil
 }
 
-// wait books a slot for one request to host and sleeps until it. If the
-// slot was in the future, it checks, pauseCheckLead before the slot, that
-// no fleet-wide pause began meanwhile, so the check's round trip hides in
-// the sleep instead of delaying the request; if one did, it gives the slot
-// back and books again (the store puts the new slot after the pause). On
-// error no slot is kept.
-func (tr *Transport) wait(ctx context.Context, host string) error {
+// wait books a slot for one request to host, sleeps until it and returns
+// its reservation. If the slot was in the future, it checks,
+// pauseCheckLead before the slot, that no fleet-wide pause began
+// meanwhile, so the check's round trip hides in the sleep instead of
+// delaying the request; if one did, it gives the slot back and books again
+// (the store puts the new slot after the pause). On error no slot is kept.
+func (tr *Transport) wait(ctx context.Context, host string) (*throttle.Reservation, error) {
 	for {
 		r, err := tr.t.ReserveN(ctx, host, 1)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		left := time.Duration(0)
 		if d := r.Delay(); d > slept {
 			if err := sleepFor(ctx, r, d-pauseCheckLead); err != nil {
-				return err
+				return nil, err
 			}
 			left, _ = tr.t.Paused(ctx, host) // on a store error, the local copy answers
 		}
 		if left <= 0 {
-			if err := sleepFor(ctx, r, r.Delay()); err != nil || !r.Stale() {
-				return err
+			if err := sleepFor(ctx, r, r.Delay()); err != nil {
+				return nil, err
+			}
+			if !r.Stale() {
+				return r, nil
 			}
 			_ = r.Cancel(context.WithoutCancel(ctx)) // woke long past the slot: book again
 			continue
@@ -283,7 +284,7 @@ func (tr *Transport) wait(ctx context.Context, host string) error {
 			// Asking again every PauseRecheck writes the pause back if
 			// Redis loses it meanwhile, before other processes send.
 			if err := sleep(ctx, min(left, throttle.PauseRecheck)); err != nil {
-				return fmt.Errorf("wait for %q: %w", r.Target(), err)
+				return nil, fmt.Errorf("wait for %q: %w", r.Target(), err)
 			}
 			if left -= throttle.PauseRecheck; left > 0 {
 				if now, err := tr.t.Paused(ctx, host); err == nil {

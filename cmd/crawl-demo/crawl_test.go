@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -501,4 +502,35 @@ func TestAHeldBackHostDoesNotStallTheOthers(t *testing.T) {
 	for _, at := range otherAt {
 		require.Less(t, at, time.Second, "the other host's URLs went without waiting for the held one: %v", otherAt)
 	}
+}
+
+// A body longer than the crawler reads is not a success: its line says it
+// was not read to the end. One of exactly that length still is.
+func TestCrawlReportsABodyTooLongToRead(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := maxBody
+		if r.URL.Path == "/long" {
+			n++
+		}
+		w.Header().Set("Content-Length", strconv.Itoa(n))
+		_, _ = io.CopyN(w, zeros{}, int64(n))
+	}))
+	defer srv.Close()
+	file := writeFile(t, srv.URL+"/fits", srv.URL+"/long")
+	got := runCmd(context.Background(), t, "", "-urls", file, "-default", "100/1s")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	res := decodeLines(t, got.stdout)
+	slices.SortFunc(res, func(a, b result) int { return strings.Compare(a.URL, b.URL) })
+	require.Equal(t, []result{
+		{URL: srv.URL + "/fits", Status: 200, Attempts: 1},
+		{URL: srv.URL + "/long", Status: 200, Attempts: 1, Error: "read body: longer than 32 MiB, the rest not read"},
+	}, res)
+}
+
+// zeros reads as an endless run of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
 }

@@ -16,7 +16,8 @@ import (
 	"github.com/fleetgate/fleetgate/transport"
 )
 
-// maxBody bounds how much of a response body is read; the rest is dropped.
+// maxBody bounds how much of a response body is read: a longer one is
+// dropped there, and its line says so.
 const maxBody = 32 << 20
 
 // userAgent names the crawler to the sites it visits.
@@ -123,7 +124,7 @@ func fetch(ctx context.Context, c *fleetClient, rawURL string) result {
 		res.Error = describe(ctx, err)
 		return res
 	}
-	_, err = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody+1))
 	resp.Body.Close()
 	res.Status, res.Attempts = resp.StatusCode, int(sends.Load())
 	switch {
@@ -131,6 +132,8 @@ func fetch(ctx context.Context, c *fleetClient, rawURL string) result {
 		res.Status, res.Error = 0, interrupted
 	case err != nil:
 		res.Error = "read body: " + err.Error()
+	case n > maxBody:
+		res.Error = fmt.Sprintf("read body: longer than %d MiB, the rest not read", maxBody>>20)
 	case resp.StatusCode >= 400:
 		res.Error = "HTTP " + resp.Status
 	}

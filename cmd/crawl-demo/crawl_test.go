@@ -450,17 +450,19 @@ func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 
 func TestHidePassword(t *testing.T) {
 	for raw, want := range map[string]string{
-		"http://u:pw@example.com/x":       "http://u:xxxxx@example.com/x",
-		"http://u@example.com/x":          "http://u@example.com/x",
-		"http://u:p@w@a b.com/x":          "http://u:xxxxx@a b.com/x",
-		"u:pw@example.com/x":              "u:xxxxx@example.com/x",
-		"http://example.com:80/a@b":       "http://example.com:80/a@b",
-		"http://[::1:80/x":                "http://[::1:80/x",
-		"http://u:Pw#Leak@a b.com/":       "http://u:xxxxx@a b.com/",
-		"http://u:Pw/Leak@a b.com/":       "http://u:xxxxx@a b.com/",
-		"http://u:Pw?Leak@a b.com/":       "http://u:xxxxx@a b.com/",
-		"https://h%zz/p?q=a:b@c":          "https://h%zz/p?q=a:xxxxx@c", // more than the password, never less
-		"http://u:Pw%zz@host:8080/p@q:r@": "http://u:xxxxx@",
+		"http://u:pw@example.com/x":                                 "http://u:xxxxx@example.com/x",
+		"http://u@example.com/x":                                    "http://u@example.com/x",
+		"http://u:p@w@a b.com/x":                                    "http://u:xxxxx@a b.com/x",
+		"u:pw@example.com/x":                                        "u:xxxxx@example.com/x",
+		"http://example.com:80/a@b":                                 "http://example.com:80/a@b",
+		"http://[::1:80/x":                                          "http://[::1:80/x",
+		"http://u:Pw#Leak@a b.com/":                                 "http://u:xxxxx@a b.com/",
+		"http://u:Pw/Leak@a b.com/":                                 "http://u:xxxxx@a b.com/",
+		"http://u:Pw?Leak@a b.com/":                                 "http://u:xxxxx@a b.com/",
+		"https://h%zz/p?q=a:b@c":                                    "https://h%zz/p?q=a:xxxxx@c", // more than the password, never less
+		"http://u:Pw%zz@host:8080/p@q:r@":                           "http://u:xxxxx@",
+		"http://u:pw@h/r?to=http://v:Other@g/x&b=https://w:Third@k": "http://u:xxxxx@h/r?to=http://v:xxxxx@g/x&b=https://w:xxxxx@k",
+		"http://h/r?to=http://v@g/x:y@z":                            "http://h/r?to=http://v@g/x:y@z",
 	} {
 		require.Equal(t, want, hidePassword(raw), raw)
 	}
@@ -525,6 +527,21 @@ func TestCrawlReportsABodyTooLongToRead(t *testing.T) {
 		{URL: srv.URL + "/fits", Status: 200, Attempts: 1},
 		{URL: srv.URL + "/long", Status: 200, Attempts: 1, Error: "read body: longer than 32 MiB, the rest not read"},
 	}, res)
+}
+
+// A line whose URL is not UTF-8 names it as it was sent, its other bytes
+// percent-encoded, not as JSON would mangle it.
+func TestCrawlNamesANonUTF8URLAsSent(t *testing.T) {
+	var path atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		path.Store(r.URL.EscapedPath())
+	}))
+	defer srv.Close()
+	file := writeFile(t, srv.URL+"/inv\xff\xfe")
+	got := runCmd(context.Background(), t, "", "-urls", file, "-default", "100/1s")
+	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+	require.Equal(t, "/inv%FF%FE", path.Load())
+	require.Equal(t, []result{{URL: srv.URL + "/inv%FF%FE", Status: 200, Attempts: 1}}, decodeLines(t, got.stdout))
 }
 
 // zeros reads as an endless run of zero bytes.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // result is one line of the crawler's output. The field order is the
@@ -36,12 +37,13 @@ func newLineWriter(w io.Writer) *lineWriter {
 
 // write writes r as one line, with the password of its URL, if any, and
 // of any copy of the URL in its error, shown as "xxxxx", even when the URL
-// does not parse.
+// does not parse, and bytes that are not UTF-8 percent-encoded.
 func (lw *lineWriter) write(r result) error {
-	if safe := hidePassword(r.URL); safe != r.URL {
+	if safe := escapeInvalid(hidePassword(r.URL)); safe != r.URL {
 		r.Error = strings.ReplaceAll(r.Error, r.URL, safe)
 		r.URL = safe
 	}
+	r.Error = escapeInvalid(r.Error)
 	if err := lw.enc.Encode(r); err != nil {
 		return fmt.Errorf("write result for %q: %w", r.URL, err)
 	}
@@ -101,12 +103,71 @@ func writeTable(w io.Writer, reports []siteReport) error {
 }
 
 // hidePassword returns raw with the password of its user, if any, shown as
-// "xxxxx", as url.URL.Redacted does. A line that does not parse as a URL
-// (a bad escape, a space in the host, a '#' or '/' in the password) can
-// still carry one: everything between the first ':' after "://" and the
-// last '@' is taken for a password, which may hide more than one, never
-// less.
+// "xxxxx", as url.URL.Redacted does, and so are the passwords of URLs
+// inside it (a redirect target in its query, say; see hideNestedPasswords).
+// A line that does not parse as a URL (a bad escape, a space in the host, a
+// '#' or '/' in the password) can still carry one: everything between the
+// first ':' after "://" and the last '@' is taken for a password, which may
+// hide more than one, never less.
 func hidePassword(raw string) string {
+	return hideNestedPasswords(hideUserPassword(raw))
+}
+
+// hideNestedPasswords shows as "xxxxx" the password of every URL after the
+// first in s: each "://" followed by "user:password@" before the next '/',
+// '?', '#' or '&'.
+func hideNestedPasswords(s string) string {
+	first := strings.Index(s, "://")
+	if first < 0 || !strings.Contains(s[first+3:], "://") {
+		return s
+	}
+	var b strings.Builder
+	b.WriteString(s[:first+3])
+	rest := s[first+3:]
+	for {
+		i := strings.Index(rest, "://")
+		if i < 0 {
+			b.WriteString(rest)
+			return b.String()
+		}
+		b.WriteString(rest[:i+3])
+		rest = rest[i+3:]
+		end := strings.IndexAny(rest, "/?#&")
+		if end < 0 {
+			end = len(rest)
+		}
+		auth := rest[:end]
+		at, colon := strings.LastIndexByte(auth, '@'), strings.IndexByte(auth, ':')
+		if colon >= 0 && colon < at {
+			auth = auth[:colon+1] + "xxxxx" + auth[at:]
+		}
+		b.WriteString(auth)
+		rest = rest[end:]
+	}
+}
+
+// escapeInvalid returns s with every byte that is not part of valid UTF-8
+// percent-encoded, as a URL carries it (and as net/url sends it): JSON
+// would turn each into U+FFFD, and the line would no longer name its URL.
+func escapeInvalid(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, "%%%02X", s[i])
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// hideUserPassword is hidePassword for the URL raw itself.
+func hideUserPassword(raw string) string {
 	if u, err := url.Parse(raw); err == nil && u.Opaque == "" { // "u:pw@host" parses as scheme u, opaque "pw@host"
 		if u.User != nil {
 			if _, ok := u.User.Password(); ok {

@@ -67,6 +67,7 @@ type config struct {
 	rejects  string // the CSV file for rejected records; "" for none
 	api      string // the API's base URL; "" starts the fake API
 	rule     string // the quota, N/DURATION (throttle.ParseRule)
+	margin   time.Duration
 	workers  int    // API calls in flight at most
 	redisURL string // REDIS_URL; "" keeps the quota in this process
 }
@@ -78,6 +79,7 @@ func main() {
 	flag.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, as read (default: only reported on stderr)")
 	flag.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
 	flag.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
+	flag.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 10ms)")
 	flag.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -110,6 +112,9 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if cfg.rejects == "-" {
 		return errors.New("-rejects -: want a file (stdout carries the output)")
 	}
+	if cfg.margin < throttle.MinStale {
+		return fmt.Errorf("-margin %v: want at least %v", cfg.margin, throttle.MinStale)
+	}
 	if cfg.workers < 1 {
 		return fmt.Errorf("-workers %d: want at least 1", cfg.workers)
 	}
@@ -131,7 +136,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	q, err := openQuota(ctx, cfg.redisURL, rule, log)
+	q, err := openQuota(ctx, cfg.redisURL, rule, cfg.margin, log)
 	if err != nil {
 		return err
 	}

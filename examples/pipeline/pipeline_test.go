@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetgate/fleetgate/internal/redistest"
+	"github.com/fleetgate/fleetgate/throttle"
 )
 
 // The fake API's limit in the fleet tests is strict and short, so that 40
@@ -38,7 +39,7 @@ func TestRunKeepsTheAPIUnderItsLimit(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.csv")
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: testRule, workers: 8}, io.Discard, &stderr)
+	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: testRule, margin: throttle.DefaultMargin, workers: 8}, io.Discard, &stderr)
 	require.NoError(t, err, stderr.String())
 
 	requireEnriched(t, records, readCSV(t, out))
@@ -60,7 +61,7 @@ func TestCopiesShareTheQuotaThroughRedis(t *testing.T) {
 	errs := make([]error, 2)
 	stderrs := make([]lockedBuffer, 2)
 	for i := range 2 {
-		cfg := config{in: in, out: filepath.Join(dir, fmt.Sprintf("out%d.csv", i)), api: api.URL, rule: testRule, workers: 8, redisURL: srv.URL()}
+		cfg := config{in: in, out: filepath.Join(dir, fmt.Sprintf("out%d.csv", i)), api: api.URL, rule: testRule, margin: throttle.DefaultMargin, workers: 8, redisURL: srv.URL()}
 		wg.Go(func() { errs[i] = run(t.Context(), cfg, io.Discard, &stderrs[i]) })
 	}
 	wg.Wait()
@@ -81,7 +82,7 @@ func TestRunDefaults(t *testing.T) {
 	var stdout bytes.Buffer
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, rule: "20/1s", workers: 8}, &stdout, &stderr)
+	err := run(t.Context(), config{in: in, rule: "20/1s", margin: throttle.DefaultMargin, workers: 8}, &stdout, &stderr)
 	require.NoError(t, err, stderr.String())
 
 	got, err := csv.NewReader(&stdout).ReadAll()
@@ -101,7 +102,7 @@ func TestRunErrors(t *testing.T) {
 	empty := filepath.Join(dir, "empty.csv")
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 
-	ok := config{in: good, api: api.URL, rule: "100/1s", workers: 2}
+	ok := config{in: good, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 2}
 	tests := []struct {
 		name   string
 		change func(*config)
@@ -109,6 +110,7 @@ func TestRunErrors(t *testing.T) {
 	}{
 		{"bad rule", func(c *config) { c.rule = "100/m" }, "-rule: bad rule"},
 		{"no workers", func(c *config) { c.workers = 0 }, "-workers 0: want at least 1"},
+		{"no margin", func(c *config) { c.margin = 0 }, "-margin 0s: want at least 10ms"},
 		{"missing input", func(c *config) { c.in = filepath.Join(dir, "missing.csv") }, "missing.csv: no such file"},
 		{"empty input", func(c *config) { c.in = empty }, "empty, want a header line"},
 		{"no code column", func(c *config) { c.in = noCode }, `no "country_code" column`},
@@ -155,7 +157,7 @@ func TestBadRecordsAreRejectedAndTheRestWritten(t *testing.T) {
 	out, rej := filepath.Join(dir, "out.csv"), filepath.Join(dir, "rejects.csv")
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", workers: 4}, io.Discard, &stderr)
+	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 4}, io.Discard, &stderr)
 	require.EqualError(t, err, "7 of 10 records rejected, each reported above", stderr.String())
 
 	head := []string{"id", "name", "country_code"}

@@ -40,13 +40,13 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 // process; otherwise in the Redis server the URL names, which must answer
 // as a master. An outage after that start is left to the throttle's failure
 // policy (FailLocal: each copy falls back to its share of the rule).
-func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, log *slog.Logger) (*quota, error) {
+func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin time.Duration, log *slog.Logger) (*quota, error) {
 	rules := &throttle.Rules{}
 	if err := rules.Set(throttle.DefaultPattern, rule); err != nil {
 		return nil, err
 	}
 	if redisURL == "" {
-		t, err := throttle.New(rules, throttle.WithLogger(log))
+		t, err := throttle.New(rules, throttle.WithMargin(margin), throttle.WithLogger(log))
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +77,7 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, log *sl
 		q.client.Close()
 		return nil, fmt.Errorf("REDIS_URL: %s: %w", q.where, err)
 	}
-	if q.Throttler, err = throttle.New(rules, throttle.WithStore(q.store), throttle.WithLogger(log)); err != nil {
+	if q.Throttler, err = throttle.New(rules, throttle.WithStore(q.store), throttle.WithMargin(margin), throttle.WithLogger(log)); err != nil {
 		q.client.Close()
 		return nil, err
 	}

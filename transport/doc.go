@@ -13,7 +13,11 @@
 //
 // A request whose slot was in the future checks for such a pause when the
 // slot comes, so slots booked before a 429 do not land inside the pause
-// that followed it. Signals only ever hold the fleet back. Malformed or
+// that followed it. When net/http hands the request a connection (through
+// httptrace's GotConn, before a byte is written), a slot that went stale
+// meanwhile (a slow dial or TLS handshake) is booked again, and a request
+// net/http sends again on another connection pays the quota again. Signals
+// only ever hold the fleet back. Malformed or
 // absurd fields are ignored (logged at Debug) or capped, never trusted.
 //
 // # Retries

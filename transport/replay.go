@@ -25,9 +25,11 @@ import (
 //   - net/http sends an idempotent request again, on another connection,
 //     when a reused HTTP/1 connection fails before the response's first
 //     byte (a reset, say), and the target may well have received the
-//     first: every connection after the first waits on the quota too.
-//     HTTP/2 is left alone there: it retries a stream only when the server
-//     cannot have processed it (a GOAWAY past it, a refused stream).
+//     first: every HTTP/1 connection after the first waits on the quota
+//     too. HTTP/2 retries a stream only when the server cannot have
+//     processed it (a GOAWAY past it, a refused stream), so the slot is
+//     still the attempt's; but it backs off first (a second, from its
+//     second retry), so the slot is checked for staleness again.
 //
 // When no slot can be had (ctx ended, or the slot lies past its deadline),
 // the request is stopped before it is written: the attempt's context is
@@ -65,15 +67,15 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 	first, stopped, res := g.conns == 1, g.err != nil, g.res
 	g.mu.Unlock()
 	var why string
-	switch {
+	switch h2 := !first && overHTTP2(info); {
 	case stopped:
-	case first && res != nil && res.Stale():
+	case !first && !h2:
+		why = "replay on another connection"
+	case res != nil && res.Stale():
 		_ = res.Cancel(context.WithoutCancel(g.ctx)) // an orphan slot only makes the log stricter
 		why = "book again, the connection came too late for the slot"
-	case !first && !overHTTP2(info):
-		why = "replay on another connection"
 	default:
-		return // in time, or a retry that cannot have been processed
+		return // in time: the attempt, or an HTTP/2 retry of a stream the server refused
 	}
 	if !stopped {
 		r, err := g.tr.wait(g.ctx, g.host)

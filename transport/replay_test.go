@@ -3,13 +3,19 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetgate/fleetgate/throttle"
 	"github.com/fleetgate/fleetgate/transport"
 )
 
@@ -101,4 +107,70 @@ func TestAConnectionLateForItsSlotBooksAgain(t *testing.T) {
 	require.Len(t, seen, 2)
 	require.GreaterOrEqual(t, seen[1].at.Sub(seen[0].at), 500*time.Millisecond,
 		"the first request's slot is when it could be written, %v after it was booked", dialDelay)
+}
+
+// An HTTP/2 server that takes one stream at a time refuses the others,
+// and net/http retries them itself, a second later from their second
+// retry: those retries check their slot again, so the server never sees
+// more than the rule allows.
+func TestHTTP2RetriesOfRefusedStreamsKeepTheLimit(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		arrivals []time.Time
+		first    atomic.Bool
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		arrivals = append(arrivals, time.Now())
+		mu.Unlock()
+		if first.CompareAndSwap(false, true) {
+			time.Sleep(1500 * time.Millisecond) // holds the only stream
+		}
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+
+	const limit, window, margin = 10, time.Second, 100 * time.Millisecond
+	thr := newThrottler(t, fmt.Sprintf("%d/%v", limit, window), throttle.WithMargin(margin))
+	base := &http.Transport{TLSClientConfig: srv.Client().Transport.(*http.Transport).TLSClientConfig, ForceAttemptHTTP2: true}
+	t.Cleanup(base.CloseIdleConnections)
+	client := &http.Client{Transport: transport.New(base, thr)}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if resp, err := client.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Greater(t, len(arrivals), limit, "the run must fill more than a window")
+	peak, at := 0, time.Time{}
+	for i, a := range arrivals {
+		n := 0
+		for _, b := range arrivals[i:] {
+			if !b.Before(a) && b.Sub(a) < window {
+				n++
+			}
+		}
+		if n > peak {
+			peak, at = n, a
+		}
+	}
+	require.LessOrEqual(t, peak, limit, "requests the server saw in the second from %v", at.Sub(arrivals[0]))
 }

@@ -11,10 +11,13 @@
 //
 // The quota is a sliding-window log, not a token bucket: for every target,
 // across all processes sharing the store, the number of admitted units in
-// ANY interval of length Window+margin is at most Limit. A token bucket or
-// GCRA configured "N per W" lets up to 2N-1 requests into one window, which
-// is what gets a fleet banned; the log never does. The margin (DefaultMargin)
-// absorbs the spread between admission and arrival at the target. The
+// ANY interval of length Window+margin is at most Limit, counted at their
+// slots on the store's clock. A token bucket or GCRA configured "N per W"
+// lets up to 2N-1 requests into one window, which is what gets a fleet
+// banned; the log never does. The margin (DefaultMargin) absorbs the spread
+// between a slot and the request's arrival at the target (a caller's wake-up
+// comes a little after its slot), so that the target sees at most Limit in
+// any Window. The
 // guarantee is the store's: across a store failure it is kept as far as the
 // FailurePolicy can (see FailLocal for what it cannot see).
 //

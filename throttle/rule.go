@@ -30,31 +30,41 @@ type Rule struct {
 //
 //	N/DURATION[,gap=DURATION]
 //
-// for example "100/1m", "5/1s" or "100/1m,gap=200ms". DURATION is a Go
-// duration (time.ParseDuration); a bare unit such as "100/m" is not accepted,
-// because "1m" and "m" would then mean the same and "1ms" and "ms" would not.
-// A limit or window that is not positive, a negative gap or one longer than
-// the window, a gap given twice, or anything else that does not parse is an
-// error wrapping ErrBadRule that quotes the rule.
+// for example "100/1m", "5/1s" or "100/1m,gap=200ms". N is written in
+// decimal digits, without a sign or a leading zero; DURATION is a Go
+// duration (time.ParseDuration) without a sign; a bare unit such as "100/m"
+// is not accepted, because "1m" and "m" would then mean the same and "1ms"
+// and "ms" would not. Space around N, DURATION and an option is ignored. A
+// limit or window that is not positive, a negative gap or
+// one longer than the window, a gap given twice, an empty option, or
+// anything else that does not parse is an error wrapping ErrBadRule that
+// quotes the rule.
 func ParseRule(s string) (Rule, error) {
 	fail := func(why string) (Rule, error) {
 		return Rule{}, fmt.Errorf("%w %q: %s (want N/DURATION[,gap=DURATION], e.g. 100/1m)", ErrBadRule, s, why)
 	}
-	spec, opts, _ := strings.Cut(strings.TrimSpace(s), ",")
+	spec, opts, hasOpts := strings.Cut(s, ",")
 	num, win, ok := strings.Cut(spec, "/")
 	if !ok {
 		return fail("missing '/'")
 	}
-	limit, err := strconv.Atoi(strings.TrimSpace(num))
+	num, win = strings.TrimSpace(num), strings.TrimSpace(win)
+	if num == "" || strings.Trim(num, "0123456789") != "" {
+		return fail("limit is not a whole number")
+	}
+	if len(num) > 1 && num[0] == '0' {
+		return fail("limit has a leading zero")
+	}
+	limit, err := strconv.Atoi(num)
 	if err != nil {
 		return fail("limit is not a whole number")
 	}
-	window, err := time.ParseDuration(strings.TrimSpace(win))
-	if err != nil {
+	window, err := time.ParseDuration(win)
+	if err != nil || strings.HasPrefix(win, "+") {
 		return fail("window is not a duration")
 	}
 	r := Rule{Limit: limit, Window: window}
-	if opts != "" {
+	if hasOpts {
 		gapSet := false
 		for opt := range strings.SplitSeq(opts, ",") {
 			k, v, ok := strings.Cut(strings.TrimSpace(opt), "=")
@@ -66,7 +76,7 @@ func ParseRule(s string) (Rule, error) {
 			}
 			gapSet = true
 			gap, err := time.ParseDuration(v)
-			if err != nil || gap < 0 {
+			if err != nil || gap < 0 || strings.HasPrefix(v, "+") {
 				return fail("gap is not a non-negative duration")
 			}
 			r.Gap = gap
@@ -111,11 +121,24 @@ func (r Rule) Validate() error {
 	return nil
 }
 
-// String returns r in the syntax ParseRule reads.
+// String returns r in the syntax ParseRule reads, its durations without
+// zero minutes or seconds ("100/1m", not "100/1m0s").
 func (r Rule) String() string {
-	s := strconv.Itoa(r.Limit) + "/" + r.Window.String()
+	s := strconv.Itoa(r.Limit) + "/" + shortDuration(r.Window)
 	if r.Gap != 0 { // a negative gap is shown, for the error that rejects it
-		s += ",gap=" + r.Gap.String()
+		s += ",gap=" + shortDuration(r.Gap)
+	}
+	return s
+}
+
+// shortDuration is d.String() without trailing zero units: "1m", "1h30m".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
 	}
 	return s
 }

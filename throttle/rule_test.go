@@ -33,6 +33,12 @@ func TestParseRule(t *testing.T) {
 		{name: "negative gap", in: "5/1s,gap=-1s", err: true},
 		{name: "bad gap", in: "5/1s,gap=soon", err: true},
 		{name: "overflow", in: "99999999999999999999/1s", err: true},
+		{name: "signed limit", in: "+10/1s", err: true},
+		{name: "leading zero", in: "010/1s", err: true}, // octal to some readers
+		{name: "signed window", in: "10/+1s", err: true},
+		{name: "signed gap", in: "10/1s,gap=+100ms", err: true},
+		{name: "trailing comma", in: "10/1s,", err: true},
+		{name: "empty option", in: "10/1s,,gap=100ms", err: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -193,4 +199,20 @@ func TestParseRulesRefusesAPatternTwice(t *testing.T) {
 	rs, err := ParseRules("example.com=1/1s", "*.example.com=2/1s", "*=3/1s")
 	require.NoError(t, err, "a host, its wildcard and the default are three patterns")
 	require.Equal(t, 3, rs.Len())
+}
+
+// A rule is shown as it would be written: no zero minutes or seconds.
+func TestRuleString(t *testing.T) {
+	for want, r := range map[string]Rule{
+		"100/1m":            {Limit: 100, Window: time.Minute},
+		"5/1h":              {Limit: 5, Window: time.Hour},
+		"5/1h30m":           {Limit: 5, Window: 90 * time.Minute},
+		"5/1h0m30s":         {Limit: 5, Window: time.Hour + 30*time.Second},
+		"10/1s,gap=100ms":   {Limit: 10, Window: time.Second, Gap: 100 * time.Millisecond},
+		"10/10m,gap=1m":     {Limit: 10, Window: 10 * time.Minute, Gap: time.Minute},
+		"1/1m30s,gap=1m30s": {Limit: 1, Window: 90 * time.Second, Gap: 90 * time.Second},
+		"3/500ms,gap=-1ms":  {Limit: 3, Window: 500 * time.Millisecond, Gap: -time.Millisecond},
+	} {
+		require.Equal(t, want, r.String())
+	}
 }

@@ -183,7 +183,7 @@ func TestRulesFromFlags(t *testing.T) {
 	require.NoError(t, err)
 	rs, err := cfg.throttleRules()
 	require.NoError(t, err)
-	for host, want := range map[string]string{"a.example": "4/1s", "b.example": "3/1s,gap=200ms", "other.org": "7/1m0s"} {
+	for host, want := range map[string]string{"a.example": "4/1s", "b.example": "3/1s,gap=200ms", "other.org": "7/1m"} {
 		r, _, ok := rs.Lookup(host)
 		require.True(t, ok, host)
 		require.Equal(t, want, r.String(), host)

@@ -186,7 +186,7 @@ func (t *Throttler) Wait(ctx context.Context, host string) error {
 //
 // It returns at once, with nothing reserved, when ctx has ended, when host is
 // not a valid target (ErrBadTarget) or has no rule (ErrNoRule), when n is
-// outside 1..limit (ErrTooMany), or when the earliest slot lies past ctx's
+// more than the limit (ErrTooMany) or less than 1, or when the earliest slot lies past ctx's
 // deadline (an error matching both ErrWouldExceedDeadline and
 // context.DeadlineExceeded). If ctx ends while it sleeps, the slot is
 // released for later waiters and the error wraps ctx's error.
@@ -309,8 +309,8 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 	if err := ctx.Err(); err != nil {
 		return nil, waitError(ctx, tg.name)
 	}
-	if n < 1 || n > tg.rule.Limit {
-		return nil, fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
+	if err := checkUnits(tg, n); err != nil {
+		return nil, err
 	}
 	ahead := t.horizon(tg)
 	storeDown := false
@@ -409,8 +409,8 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 	if err := ctx.Err(); err != nil {
 		return Decision{}, waitError(ctx, tg.name)
 	}
-	if n < 1 || n > tg.rule.Limit {
-		return Decision{}, fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
+	if err := checkUnits(tg, n); err != nil {
+		return Decision{}, err
 	}
 	if ms, ok := t.store.(*MemoryStore); ok {
 		return t.allowMemory(ctx, ms, tg, n), nil
@@ -646,4 +646,17 @@ func sleepUntil(ctx context.Context, closed <-chan struct{}, d time.Duration) er
 	case <-closed:
 		return ErrClosed
 	}
+}
+
+// checkUnits returns an error unless a request of n units could ever be
+// admitted on tg: ErrTooMany past its limit, and a plain error below 1 (a
+// caller's mistake, not a limit).
+func checkUnits(tg *target, n int) error {
+	switch {
+	case n < 1:
+		return fmt.Errorf("throttle: %q: %d units: want at least 1", tg.name, n)
+	case n > tg.rule.Limit:
+		return fmt.Errorf("throttle: %q: %w: %d units, limit %d", tg.name, ErrTooMany, n, tg.rule.Limit)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -172,7 +173,13 @@ func TestErrors(t *testing.T) {
 	require.ErrorIs(t, tr.Wait(ctx, "other.example"), ErrNoRule)
 	require.ErrorIs(t, tr.Wait(ctx, "bad host"), ErrBadTarget)
 	require.ErrorIs(t, tr.WaitN(ctx, "only.example", 3), ErrTooMany)
-	require.ErrorIs(t, tr.WaitN(ctx, "only.example", 0), ErrTooMany)
+	for _, n := range []int{0, -1} {
+		err := tr.WaitN(ctx, "only.example", n)
+		require.ErrorContains(t, err, fmt.Sprintf(`"only.example": %d units: want at least 1`, n))
+		require.NotErrorIs(t, err, ErrTooMany, "not more than the limit")
+		_, err = tr.AllowN(ctx, "only.example", n)
+		require.ErrorContains(t, err, "want at least 1")
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	require.ErrorIs(t, tr.Wait(cctx, "only.example"), context.Canceled)

@@ -132,6 +132,9 @@ func TestNormalize(t *testing.T) {
 		{"127.0.0.1.", "127.0.0.1"},
 		{"host-1.example", "host-1.example"},
 		{"0xcafe.example", "0xcafe.example"},
+		{"My_Host.example.com", "my_host.example.com"}, // in DNS, and net/http fetches it
+		{"_dmarc.example.com", "_dmarc.example.com"},
+		{"bü_cher.example", "xn--b_cher-3ya.example"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -141,7 +144,8 @@ func TestNormalize(t *testing.T) {
 		})
 	}
 	for _, bad := range []string{"", "  ", "[::1", "exa mple.com", "a..b", "http://x.com/",
-		"example.123", "1.2.3.4.5", "256.1.1.1", "1.2.3.256", "4294967296", "09.1", "1..2"} {
+		"example.123", "1.2.3.4.5", "256.1.1.1", "1.2.3.256", "4294967296", "09.1", "1..2",
+		"a!b.example", "a=b.example", "a@b.example", "a,b.example", "a$b.example", "-a.example", "a-.example"} {
 		t.Run("bad "+bad, func(t *testing.T) {
 			_, err := Normalize(bad)
 			require.ErrorIs(t, err, ErrBadTarget)

@@ -69,8 +69,10 @@ func (m KeyMode) String() string {
 // internationalised names in ASCII (punycode), IPv6 in its compressed form,
 // an IPv4-mapped IPv6 address (::ffff:1.2.3.4) as its IPv4 address, and
 // the other spellings resolvers accept for an IPv4 address (127.1,
-// 2130706433, 0x7f.0.0.1: inet_aton's) as the dotted one. A name whose
-// last label is a number and that is no such address is an error.
+// 2130706433, 0x7f.0.0.1: inet_aton's) as the dotted one. A name's labels
+// hold letters, digits, '-' and '_' (names such as "my_host.example.com"
+// are in DNS, and net/http fetches them). A name whose last label is a
+// number and that is no such address is an error.
 // It is what every quota is keyed by (before any grouping by KeyMode).
 func Normalize(host string) (string, error) {
 	return normalizeHost(host)
@@ -111,12 +113,17 @@ func normalizeHost(host string) (string, error) {
 	if !utf8.ValidString(h) {
 		return "", fmt.Errorf("%w %q: not valid UTF-8", ErrBadTarget, trunc(host))
 	}
-	ascii, err := idna.Lookup.ToASCII(h)
+	ascii, err := hostIDNA.ToASCII(h)
 	if err != nil || !validHostname(ascii) {
 		return "", fmt.Errorf("%w %q: not a host name or IP", ErrBadTarget, trunc(host))
 	}
 	return strings.ToLower(ascii), nil
 }
+
+// hostIDNA is idna.Lookup without its STD3 rules, which refuse '_': names
+// such as "my_host.example.com" are in DNS, and net/http fetches them.
+// validHostname then admits letters, digits, '-' and '_' alone.
+var hostIDNA = idna.New(idna.MapForLookup(), idna.BidiRule(), idna.StrictDomainName(false))
 
 // endsInANumber reports whether h's last label is a number, decimal or
 // 0x-hexadecimal: h is then an IPv4 address or nothing (WHATWG URL, "ends

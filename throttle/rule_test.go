@@ -108,6 +108,30 @@ func TestRulesErrorsNameTheSpec(t *testing.T) {
 			require.ErrorIs(t, err, ErrBadRule)
 		})
 	}
+	// A quota is a host's, whatever the port: a pattern with one would
+	// seem to set a rule per port.
+	for _, spec := range []string{"a.com:443=1/1s", "127.0.0.1:80=1/1s", "[::1]:80=1/1s", "*.a.com:443=1/1s"} {
+		_, err := ParseRules(spec)
+		require.ErrorIs(t, err, ErrBadRule, spec)
+		require.ErrorContains(t, err, "drop the port", spec)
+	}
+	for _, spec := range []string{"::1=1/1s", "[::1]=1/1s", "2001:db8::1=1/1s"} {
+		_, err := ParseRules(spec)
+		require.NoError(t, err, spec)
+	}
+}
+
+// Rules.Parse, like Set, replaces the rule of a pattern that has one;
+// ParseRules, given a whole set, calls that ambiguous.
+func TestRulesParseReplaces(t *testing.T) {
+	rs := &Rules{}
+	require.NoError(t, rs.Parse("a.com=1/1s"))
+	require.NoError(t, rs.Parse("A.COM.=4/1s"))
+	r, _, ok := rs.Lookup("a.com")
+	require.True(t, ok)
+	require.Equal(t, "4/1s", r.String())
+	_, err := ParseRules("a.com=1/1s", "A.COM.=4/1s")
+	require.ErrorContains(t, err, "already has a rule")
 }
 
 func TestNormalize(t *testing.T) {

@@ -3,6 +3,7 @@ package throttle
 import (
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"sort"
@@ -57,7 +58,9 @@ func ParseRules(specs ...string) (*Rules, error) {
 	return rs, nil
 }
 
-// Parse adds one PATTERN=RULE spec (see ParseRules).
+// Parse adds one PATTERN=RULE spec (see ParseRules for the syntax). Like
+// Set, and unlike ParseRules, which takes a whole set at once and calls
+// it ambiguous, it replaces the rule of a pattern that already has one.
 func (rs *Rules) Parse(spec string) error {
 	pattern, rule, ok := strings.Cut(spec, "=")
 	if !ok {
@@ -111,6 +114,9 @@ func canonicalPattern(pattern string) (string, error) {
 	p := strings.TrimSpace(pattern)
 	if p == DefaultPattern {
 		return p, nil
+	}
+	if _, port, err := net.SplitHostPort(p); err == nil {
+		return "", fmt.Errorf("%w: pattern %q names port %s: a quota is a host's, whatever the port; drop the port", ErrBadRule, pattern, port)
 	}
 	if rest, ok := strings.CutPrefix(p, "*."); ok {
 		name, err := normalizeHost(rest)

@@ -117,12 +117,15 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // one is drained (at most 64 KiB) and closed like every discarded response,
 // and then the quota's error is returned.
 //
-// net/http sends an idempotent request again, on another connection, when
-// a reused connection fails before the response (the target may have
-// received the first): such a replay waits on the quota too, and one that
-// finds no slot is not sent (RoundTrip then returns an *Error wrapping the
-// quota's error). A returned response's body ends the attempt's context
-// when it is closed, as every response body must be.
+// The slot is checked again when net/http hands the attempt a connection,
+// before a byte is written: one that went stale meanwhile (a slow dial or
+// TLS handshake, a wait for a free connection, an HTTP/2 retry's back-off)
+// is booked again, and a request net/http sends again on another HTTP/1
+// connection, after a reused one failed before the response (the target
+// may have received the first), waits on the quota for a slot of its own.
+// A request that finds no slot there is not sent, and RoundTrip returns an
+// *Error wrapping the quota's error. A returned response's body ends the
+// attempt's context when it is closed, as every response body must be.
 //
 // When it fails before an attempt is sent (the quota wait fails: a bad
 // target, ctx ended, or a slot past ctx's deadline), RoundTrip returns an

@@ -28,9 +28,11 @@
 // A record it cannot enrich (a line that is not CSV, a wrong number of
 // fields, a country code that is not two letters, or a call that failed
 // for good, after the transport's retries) is rejected alone: it is left
-// out of the output, reported on stderr with its line and the reason, and
-// with -rejects written as read to that CSV file, so that it can be fixed
-// and run again; every other record is enriched and written. The job then
+// out of the output, reported on stderr with its line and the reason (and
+// the line's text, for a line that is not CSV), and with -rejects written
+// as read to that CSV file, so that it can be fixed and run again; every
+// other record is enriched and written. After a line that is not CSV (an
+// unclosed quote, say) reading goes on at the next line. The job then
 // exits 1. Only an interrupt stops it early, and then it writes nothing.
 //
 // It prints a summary on stderr: records, enriched, rejected, API calls,
@@ -179,6 +181,10 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}
 	}
 	for _, r := range rejects {
+		if r.record == nil {
+			fmt.Fprintf(stderr, "pipeline: line %d rejected: %v: %q\n", r.line, r.err, r.raw)
+			continue
+		}
 		fmt.Fprintf(stderr, "pipeline: line %d rejected: %v\n", r.line, r.err)
 	}
 	total := len(records) + len(rejects)

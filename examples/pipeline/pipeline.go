@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -38,22 +39,31 @@ type input struct {
 type reject struct {
 	line   int
 	record []string // as read; nil when the line could not be parsed
+	raw    string   // the line's text, when it could not be parsed
 	err    error
 }
 
 // readInput reads the CSV file at path: a header line that names
 // codeColumn, then records with as many fields as the header. A record
 // that cannot be parsed, or has another number of fields, is rejected
-// alone (in.rejects) and reading goes on; a file without a usable header
-// is an error.
+// alone (in.rejects) and reading goes on: after a line that cannot be
+// parsed (an unclosed quote would otherwise take every line after it into
+// one field), from the next line. A file without a usable header is an
+// error.
 func readInput(path string) (*input, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	r := csv.NewReader(f)
-	r.FieldsPerRecord = -1 // checked here, record by record
+	// starts[i] is where line i+1 begins.
+	starts := []int{0}
+	for i, c := range data {
+		if c == '\n' && i+1 < len(data) {
+			starts = append(starts, i+1)
+		}
+	}
+	base := 0 // lines before the reader's start
+	r := newCSVReader(data)
 	header, err := r.Read()
 	if errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: empty, want a header line", path)
@@ -73,12 +83,19 @@ func readInput(path string) (*input, error) {
 		var perr *csv.ParseError
 		switch {
 		case errors.As(err, &perr):
-			in.rejects = append(in.rejects, reject{line: perr.StartLine, err: perr.Err})
+			line := base + perr.StartLine
+			in.rejects = append(in.rejects, reject{line: line, raw: lineText(data, starts, line), err: perr.Err})
+			if line >= len(starts) {
+				return in, nil
+			}
+			base = line
+			r = newCSVReader(data[starts[line]:])
 			continue
-		case err != nil: // reading the file failed
+		case err != nil:
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		line, _ := r.FieldPos(0)
+		line += base
 		if len(rec) != len(header) {
 			in.rejects = append(in.rejects, reject{line: line, record: rec,
 				err: fmt.Errorf("%d fields, want %d as in the header", len(rec), len(header))})
@@ -87,6 +104,29 @@ func readInput(path string) (*input, error) {
 		in.records = append(in.records, rec)
 		in.lines = append(in.lines, line)
 	}
+}
+
+func newCSVReader(data []byte) *csv.Reader {
+	r := csv.NewReader(bytes.NewReader(data))
+	r.FieldsPerRecord = -1 // checked record by record
+	return r
+}
+
+// lineText returns line n (from 1) of data, without its line ending, cut
+// at 200 bytes.
+func lineText(data []byte, starts []int, n int) string {
+	if n < 1 || n > len(starts) {
+		return ""
+	}
+	rest := data[starts[n-1]:]
+	if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+		rest = rest[:i]
+	}
+	rest = bytes.TrimSuffix(rest, []byte("\r"))
+	if len(rest) > 200 {
+		return string(rest[:200]) + "…"
+	}
+	return string(rest)
 }
 
 // checkCode returns the API's spelling of a country code: two ASCII

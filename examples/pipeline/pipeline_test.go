@@ -194,6 +194,29 @@ func TestBadRecordsAreRejectedAndTheRestWritten(t *testing.T) {
 	require.Equal(t, 4, api.Site.Stats().Requests, "calls: the three good codes and ZZ")
 }
 
+// A quote that is never closed would take every line after it into one
+// field: only its own line is rejected, and reading goes on at the next.
+func TestAnUnclosedQuoteRejectsOnlyItsLine(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	require.NoError(t, os.WriteFile(in, []byte("id,name,country_code\r\nA1,Alpha,DE\r\nA2,\"Open,FR\r\nA3,Gamma,US\r\nA4,\"Multi\nline\",JP\r\nA5,Eps,GB"), 0o600))
+	out, rej := filepath.Join(dir, "out.csv"), filepath.Join(dir, "rejects.csv")
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 2}, io.Discard, &stderr)
+	require.EqualError(t, err, "1 of 5 records rejected, each reported above", stderr.String())
+	require.Equal(t, [][]string{
+		{"id", "name", "country_code", "country_name", "region"},
+		{"A1", "Alpha", "DE", countries["DE"].Name, countries["DE"].Region},
+		{"A3", "Gamma", "US", countries["US"].Name, countries["US"].Region},
+		{"A4", "Multi\nline", "JP", countries["JP"].Name, countries["JP"].Region},
+		{"A5", "Eps", "GB", countries["GB"].Name, countries["GB"].Region},
+	}, readCSV(t, out))
+	require.Contains(t, stderr.String(), `pipeline: line 3 rejected: extraneous or missing " in quoted-field: "A2,\"Open,FR"`)
+}
+
 // requireUnderLimit checks that api saw n requests, none answered 429,
 // and never more than its limit in one window.
 func requireUnderLimit(t *testing.T, api *fakeAPI, n int) {

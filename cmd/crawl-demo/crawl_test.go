@@ -462,7 +462,9 @@ func TestHidePassword(t *testing.T) {
 		"https://h%zz/p?q=a:b@c":                                    "https://h%zz/p?q=a:xxxxx@c", // more than the password, never less
 		"http://u:Pw%zz@host:8080/p@q:r@":                           "http://u:xxxxx@",
 		"http://u:pw@h/r?to=http://v:Other@g/x&b=https://w:Third@k": "http://u:xxxxx@h/r?to=http://v:xxxxx@g/x&b=https://w:xxxxx@k",
-		"http://h/r?to=http://v@g/x:y@z":                            "http://h/r?to=http://v@g/x:y@z",
+		"http://h/r?to=http%3A%2F%2Fv%3Apw2%40host%2F&b=https%3a%2f%2fw%3aThird%40k": "http://h/r?to=http%3A%2F%2Fv%3Axxxxx%40host%2F&b=https%3a%2f%2fw%3axxxxx%40k",
+		"http://h/r?to=http%3A%2F%2Fv%40host%2Fa%3Ab%40c":                            "http://h/r?to=http%3A%2F%2Fv%40host%2Fa%3Ab%40c",
+		"http://h/r?to=http://v@g/x:y@z":                                             "http://h/r?to=http://v@g/x:y@z",
 	} {
 		require.Equal(t, want, hidePassword(raw), raw)
 	}

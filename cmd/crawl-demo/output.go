@@ -110,7 +110,46 @@ func writeTable(w io.Writer, reports []siteReport) error {
 // first ':' after "://" and the last '@' is taken for a password, which may
 // hide more than one, never less.
 func hidePassword(raw string) string {
-	return hideNestedPasswords(hideUserPassword(raw))
+	return hideEncodedPasswords(hideNestedPasswords(hideUserPassword(raw)))
+}
+
+// hideEncodedPasswords shows as "xxxxx" the password of every URL inside s
+// written percent-encoded, as a query value carries one:
+// "%3A%2F%2Fuser%3Apassword%40", the password between the first "%3A" and
+// the last "%40" before the next '/', '?', '#', '&', "%2F", "%3F" or "%23".
+func hideEncodedPasswords(s string) string {
+	const sep = "%3a%2f%2f" // "://"
+	lower := strings.ToLower(s)
+	if !strings.Contains(lower, sep) {
+		return s
+	}
+	var b strings.Builder
+	at := 0 // s[:at] is written
+	for {
+		i := strings.Index(lower[at:], sep)
+		if i < 0 {
+			b.WriteString(s[at:])
+			return b.String()
+		}
+		start := at + i + len(sep)
+		end := len(s)
+		for _, stop := range []string{"/", "?", "#", "&", "%2f", "%3f", "%23"} {
+			if j := strings.Index(lower[start:], stop); j >= 0 && start+j < end {
+				end = start + j
+			}
+		}
+		auth := lower[start:end]
+		colon, atSign := strings.Index(auth, "%3a"), strings.LastIndex(auth, "%40")
+		b.WriteString(s[at:start])
+		if colon >= 0 && colon < atSign {
+			b.WriteString(s[start : start+colon+3])
+			b.WriteString("xxxxx")
+			b.WriteString(s[start+atSign : end])
+		} else {
+			b.WriteString(s[start:end])
+		}
+		at = end
+	}
 }
 
 // hideNestedPasswords shows as "xxxxx" the password of every URL after the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -544,6 +545,36 @@ func TestCrawlNamesANonUTF8URLAsSent(t *testing.T) {
 	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
 	require.Equal(t, "/inv%FF%FE", path.Load())
 	require.Equal(t, []result{{URL: srv.URL + "/inv%FF%FE", Status: 200, Attempts: 1}}, decodeLines(t, got.stdout))
+}
+
+// A request net/http sends again on another connection, after a reused
+// one was reset, counts among its line's attempts: the line says how many
+// requests the target got.
+func TestCrawlCountsTheRequestsNetHTTPSendsAgain(t *testing.T) {
+	var resets atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/reset" {
+			return
+		}
+		resets.Add(1)
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = conn.(*net.TCPConn).SetLinger(0) // close with RST
+		_ = conn.Close()
+	}))
+	defer srv.Close()
+	file := writeFile(t, srv.URL+"/ok", srv.URL+"/reset") // one worker: /reset goes on /ok's connection
+	got := runCmd(context.Background(), t, "", "-urls", file, "-default", "100/1s", "-workers", "1", "-retries", "0")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	res := decodeLines(t, got.stdout)
+	require.Len(t, res, 2)
+	require.Equal(t, result{URL: srv.URL + "/ok", Status: 200, Attempts: 1}, res[0])
+	require.Equal(t, srv.URL+"/reset", res[1].URL)
+	require.EqualValues(t, 2, resets.Load(), "the reset request and net/http's second try on a new connection")
+	require.Equal(t, int(resets.Load()), res[1].Attempts, "attempts on the line: %+v", res[1])
 }
 
 // zeros reads as an endless run of zero bytes.

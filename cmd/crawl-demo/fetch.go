@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -43,10 +44,21 @@ type attemptTransport struct {
 
 // RoundTrip sends one attempt.
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if n, ok := req.Context().Value(sendsKey{}).(*atomic.Int32); ok {
+	n, _ := req.Context().Value(sendsKey{}).(*atomic.Int32)
+	if n != nil {
 		n.Add(1)
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
+	if n != nil {
+		// net/http sends a request again, on another connection, when a
+		// reused one fails before the response: each write is a send.
+		var writes atomic.Int32
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+			if w.Err == nil && writes.Add(1) > 1 {
+				n.Add(1)
+			}
+		}})
+	}
 	sent := time.Now()
 	resp, err := t.base.RoundTrip(req.WithContext(ctx))
 	if t.observe != nil {

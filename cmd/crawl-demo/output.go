@@ -16,7 +16,7 @@ import (
 type result struct {
 	URL      string `json:"url"`
 	Status   int    `json:"status"`   // 0 when no response came
-	Attempts int    `json:"attempts"` // requests sent, retries and redirects included
+	Attempts int    `json:"attempts"` // requests sent: retries, redirects and net/http's own resends included
 	Error    string `json:"error"`    // "" on success
 }
 

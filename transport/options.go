@@ -116,7 +116,8 @@ type AttemptInfo struct {
 	Err error
 	// Waited is how long the attempt waited before it was sent (or until
 	// it failed): the delay after the previous attempt, then the quota,
-	// including any fleet-wide pause it sat out.
+	// including any fleet-wide pause it sat out, and the quota again when
+	// its connection came too late for its slot or net/http sent it again.
 	Waited time.Duration
 	// Pause is the fleet-wide pause the response asked the Throttler for,
 	// after the Retry-After cap (the Throttler may cap it further); 0 when

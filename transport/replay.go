@@ -45,9 +45,10 @@ type connGuard struct {
 	body   attemptBody
 	res    *throttle.Reservation // the attempt's slot, set before the base runs
 
-	mu    sync.Mutex // a base may trace from another goroutine
-	conns int        // connections the base got for the attempt
-	err   error      // why the request was stopped
+	mu     sync.Mutex    // a base may trace from another goroutine
+	conns  int           // connections the base got for the attempt
+	waited time.Duration // on the quota, at those connections
+	err    error         // why the request was stopped
 }
 
 // guard returns the context for an attempt at host, and its connGuard.
@@ -78,18 +79,19 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 		return // in time: the attempt, or an HTTP/2 retry of a stream the server refused
 	}
 	if !stopped {
+		start := g.tr.cfg.now()
 		r, err := g.tr.wait(g.ctx, g.host)
+		if err != nil {
+			err = fmt.Errorf("%s: %w", why, err)
+			g.cancel(err)
+		}
+		g.mu.Lock()
+		g.waited += g.tr.cfg.now().Sub(start)
+		g.res, g.err = r, err
+		g.mu.Unlock()
 		if err == nil {
-			g.mu.Lock()
-			g.res = r
-			g.mu.Unlock()
 			return
 		}
-		err = fmt.Errorf("%s: %w", why, err)
-		g.mu.Lock()
-		g.err = err
-		g.mu.Unlock()
-		g.cancel(err)
 	}
 	if info.Conn != nil {
 		// net/http checks the context before it gets a connection, not
@@ -104,12 +106,12 @@ func overHTTP2(info httptrace.GotConnInfo) bool {
 	return ok && c.ConnectionState().NegotiatedProtocol == "h2"
 }
 
-// stopped returns why the request was stopped before it was written, or
-// nil.
-func (g *connGuard) stopped() error {
+// stopped returns how long the attempt waited on the quota at its
+// connections, and why it was stopped before it was written, or nil.
+func (g *connGuard) stopped() (time.Duration, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.err
+	return g.waited, g.err
 }
 
 // done ends the attempt's context once the attempt is over: when resp's

@@ -82,6 +82,29 @@ func TestReplaysOfTheBaseTransportPayTheQuota(t *testing.T) {
 	}
 }
 
+// A replay's wait on the quota is part of its attempt's reported wait.
+func TestAReplaysWaitIsReported(t *testing.T) {
+	tg := newTarget(t, resetting(t))
+	thr := newThrottler(t, "2/300ms")
+	base := &http.Transport{}
+	t.Cleanup(base.CloseIdleConnections)
+	var a attempts
+	tr := transport.New(base, thr, transport.WithoutRetries(), a.option())
+	for _, path := range []string{"/ok", "/reset"} { // /reset goes on /ok's connection, then again on a new one
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, tg.URL+path, nil)
+		require.NoError(t, err)
+		if resp, err := roundTrip(t, tr, req); err == nil {
+			require.NoError(t, resp.Body.Close())
+		}
+	}
+	require.Len(t, tg.seen(), 3)
+	infos := a.all()
+	require.Len(t, infos, 2)
+	require.Less(t, infos[0].Waited, 100*time.Millisecond, "/ok: a slot at once")
+	require.GreaterOrEqual(t, infos[1].Waited, 250*time.Millisecond,
+		"/reset: a slot at once, then its replay's, a window and the margin after /ok's")
+}
+
 // A connection that comes later than the margin allows after the slot (a
 // slow dial, a TLS handshake, a wait for a free connection) books again
 // before the request is written, so that the target never sees two

@@ -179,7 +179,9 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case err == nil && resp == nil:
 			err = errNoResponse
 		}
-		if gerr := guard.stopped(); gerr != nil { // no slot at the connection: not sent
+		waited, gerr := guard.stopped()
+		info.Waited += waited
+		if gerr != nil { // no slot at the connection: not sent
 			if resp != nil {
 				discard(resp)
 			}

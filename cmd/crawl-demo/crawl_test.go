@@ -465,6 +465,10 @@ func TestHidePassword(t *testing.T) {
 		"http://u:pw@h/r?to=http://v:Other@g/x&b=https://w:Third@k": "http://u:xxxxx@h/r?to=http://v:xxxxx@g/x&b=https://w:xxxxx@k",
 		"http://h/r?to=http%3A%2F%2Fv%3Apw2%40host%2F&b=https%3a%2f%2fw%3aThird%40k": "http://h/r?to=http%3A%2F%2Fv%3Axxxxx%40host%2F&b=https%3a%2f%2fw%3axxxxx%40k",
 		"http://h/r?to=http%3A%2F%2Fv%40host%2Fa%3Ab%40c":                            "http://h/r?to=http%3A%2F%2Fv%40host%2Fa%3Ab%40c",
+		"https://h/\xff\xff?next=https%3A%2F%2Fu%3Asecret%40h2%2F":                   "https://h/\xff\xff?next=https%3A%2F%2Fu%3Axxxxx%40h2%2F",
+		"https://h/ȺȺȺ?n=https%3A%2F%2Fu%3Asecret%40h2":                              "https://h/ȺȺȺ?n=https%3A%2F%2Fu%3Axxxxx%40h2",
+		"https://h/İİİİ?n=https%3A%2F%2Fu%3Asecret%40h2":                             "https://h/İİİİ?n=https%3A%2F%2Fu%3Axxxxx%40h2",
+		"\xff\xff\xff\xff%3A%2F%2F":                                                  "\xff\xff\xff\xff%3A%2F%2F",
 		"http://h/r?to=http://v@g/x:y@z":                                             "http://h/r?to=http://v@g/x:y@z",
 	} {
 		require.Equal(t, want, hidePassword(raw), raw)

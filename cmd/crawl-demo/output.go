@@ -119,7 +119,7 @@ func hidePassword(raw string) string {
 // the last "%40" before the next '/', '?', '#', '&', "%2F", "%3F" or "%23".
 func hideEncodedPasswords(s string) string {
 	const sep = "%3a%2f%2f" // "://"
-	lower := strings.ToLower(s)
+	lower := asciiLower(s)  // the same length as s: its indexes cut s
 	if !strings.Contains(lower, sep) {
 		return s
 	}
@@ -183,6 +183,20 @@ func hideNestedPasswords(s string) string {
 		b.WriteString(auth)
 		rest = rest[end:]
 	}
+}
+
+// asciiLower returns s with its ASCII letters lower-cased and every other
+// byte as it is, so that an index into it is an index into s
+// (strings.ToLower changes the length of invalid UTF-8 and of some
+// letters).
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // escapeInvalid returns s with every byte that is not part of valid UTF-8

@@ -46,9 +46,10 @@ type reject struct {
 // readInput reads the CSV file at path: a header line that names
 // codeColumn, then records with as many fields as the header. A record
 // that cannot be parsed, or has another number of fields, is rejected
-// alone (in.rejects) and reading goes on: after a line that cannot be
-// parsed (an unclosed quote would otherwise take every line after it into
-// one field), from the next line. A file without a usable header is an
+// alone (in.rejects) and reading goes on: after a record that cannot be
+// parsed, from the line after its error, or, when a quote in it was most
+// likely left open (it would otherwise take every line after it into one
+// field), from the line after its first. A file without a usable header is an
 // error.
 func readInput(path string) (*input, error) {
 	data, err := os.ReadFile(path)
@@ -85,11 +86,20 @@ func readInput(path string) (*input, error) {
 		case errors.As(err, &perr):
 			line := base + perr.StartLine
 			in.rejects = append(in.rejects, reject{line: line, raw: lineText(data, starts, line), err: perr.Err})
-			if line >= len(starts) {
+			// A quoted field that "closed" on a quote followed by more
+			// than a comma or a line's end was most likely never closed:
+			// reading goes on at the line after the record's first. Any
+			// other error ends a record that did span its lines: reading
+			// goes on after the line of the error.
+			next := base + perr.Line
+			if errors.Is(perr.Err, csv.ErrQuote) {
+				next = line
+			}
+			if next >= len(starts) {
 				return in, nil
 			}
-			base = line
-			r = newCSVReader(data[starts[line]:])
+			base = next
+			r = newCSVReader(data[starts[next]:])
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("%s: %w", path, err)

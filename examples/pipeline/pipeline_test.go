@@ -217,6 +217,28 @@ func TestAnUnclosedQuoteRejectsOnlyItsLine(t *testing.T) {
 	require.Contains(t, stderr.String(), `pipeline: line 3 rejected: extraneous or missing " in quoted-field: "A2,\"Open,FR"`)
 }
 
+// A record whose quoted field spans lines and then breaks is rejected
+// once, and reading goes on after the line of its error: the lines inside
+// its quotes are not records.
+func TestABrokenMultiLineRecordIsRejectedOnce(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	require.NoError(t, os.WriteFile(in, []byte("name,country_code\n\"a\nBob,FR\n\",U\"S\nC,DE\n"), 0o600))
+	out := filepath.Join(dir, "out.csv")
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 2}, io.Discard, &stderr)
+	require.EqualError(t, err, "1 of 2 records rejected, each reported above", stderr.String())
+	require.Equal(t, [][]string{
+		{"name", "country_code", "country_name", "region"},
+		{"C", "DE", countries["DE"].Name, countries["DE"].Region},
+	}, readCSV(t, out))
+	require.Equal(t, 1, strings.Count(stderr.String(), "rejected:"), stderr.String())
+	require.Contains(t, stderr.String(), `pipeline: line 2 rejected: bare " in non-quoted-field: "\"a"`)
+}
+
 // requireUnderLimit checks that api saw n requests, none answered 429,
 // and never more than its limit in one window.
 func requireUnderLimit(t *testing.T, api *fakeAPI, n int) {

@@ -67,7 +67,8 @@ func ParseRule(s string) (Rule, error) {
 	if hasOpts {
 		gapSet := false
 		for opt := range strings.SplitSeq(opts, ",") {
-			k, v, ok := strings.Cut(strings.TrimSpace(opt), "=")
+			k, v, ok := strings.Cut(opt, "=")
+			k, v = strings.TrimSpace(k), strings.TrimSpace(v)
 			if !ok || k != "gap" {
 				return fail(fmt.Sprintf("unknown option %q", opt))
 			}

@@ -20,6 +20,7 @@ func TestParseRule(t *testing.T) {
 		{name: "per second", in: "5/1s", want: Rule{Limit: 5, Window: time.Second}},
 		{name: "spaces", in: " 5 / 1s ", want: Rule{Limit: 5, Window: time.Second}},
 		{name: "gap", in: "100/1m,gap=200ms", want: Rule{Limit: 100, Window: time.Minute, Gap: 200 * time.Millisecond}},
+		{name: "spaces around an option", in: "10/1s , gap = 1ms ", want: Rule{Limit: 10, Window: time.Second, Gap: time.Millisecond}},
 		{name: "compound window", in: "3/1m30s", want: Rule{Limit: 3, Window: 90 * time.Second}},
 		{name: "zero limit", in: "0/1s", err: true},
 		{name: "negative limit", in: "-1/1s", err: true},
@@ -37,6 +38,7 @@ func TestParseRule(t *testing.T) {
 		{name: "leading zero", in: "010/1s", err: true}, // octal to some readers
 		{name: "signed window", in: "10/+1s", err: true},
 		{name: "signed gap", in: "10/1s,gap=+100ms", err: true},
+		{name: "signed gap after a space", in: "10/1s,gap= +100ms", err: true},
 		{name: "trailing comma", in: "10/1s,", err: true},
 		{name: "empty option", in: "10/1s,,gap=100ms", err: true},
 	}
@@ -110,10 +112,11 @@ func TestRulesErrorsNameTheSpec(t *testing.T) {
 	}
 	// A quota is a host's, whatever the port: a pattern with one would
 	// seem to set a rule per port.
-	for _, spec := range []string{"a.com:443=1/1s", "127.0.0.1:80=1/1s", "[::1]:80=1/1s", "*.a.com:443=1/1s"} {
+	for _, spec := range []string{"a.com:443=1/1s", "127.0.0.1:80=1/1s", "[::1]:80=1/1s", "*.a.com:443=1/1s", "a.com:=1/1s"} {
 		_, err := ParseRules(spec)
 		require.ErrorIs(t, err, ErrBadRule, spec)
 		require.ErrorContains(t, err, "drop the port", spec)
+		require.NotContains(t, err.Error(), "port :", spec)
 	}
 	for _, spec := range []string{"::1=1/1s", "[::1]=1/1s", "2001:db8::1=1/1s"} {
 		_, err := ParseRules(spec)
@@ -154,6 +157,11 @@ func TestNormalize(t *testing.T) {
 		{"010.0.0.1", "8.0.0.1"},
 		{"10.0x10.258", "10.16.1.2"},
 		{"127.0.0.1.", "127.0.0.1"},
+		// IDNA maps full-width digits and ideographic full stops to ASCII:
+		// an address after the mapping is that address.
+		{"１２７.１", "127.0.0.1"},
+		{"１２７。０。０。１", "127.0.0.1"},
+		{"ｅｘａｍｐｌｅ。ｃｏｍ。", "example.com"},
 		{"host-1.example", "host-1.example"},
 		{"0xcafe.example", "0xcafe.example"},
 		{"My_Host.example.com", "my_host.example.com"}, // in DNS, and net/http fetches it
@@ -169,7 +177,7 @@ func TestNormalize(t *testing.T) {
 	}
 	for _, bad := range []string{"", "  ", "[::1", "exa mple.com", "a..b", "http://x.com/",
 		"example.123", "1.2.3.4.5", "256.1.1.1", "1.2.3.256", "4294967296", "09.1", "1..2",
-		"a!b.example", "a=b.example", "a@b.example", "a,b.example", "a$b.example", "-a.example", "a-.example"} {
+		"a!b.example", "a=b.example", "a@b.example", "a,b.example", "a$b.example", "-a.example", "a-.example", "ｅｘａｍｐｌｅ.１２３"} {
 		t.Run("bad "+bad, func(t *testing.T) {
 			_, err := Normalize(bad)
 			require.ErrorIs(t, err, ErrBadTarget)

@@ -116,7 +116,11 @@ func canonicalPattern(pattern string) (string, error) {
 		return p, nil
 	}
 	if _, port, err := net.SplitHostPort(p); err == nil {
-		return "", fmt.Errorf("%w: pattern %q names port %s: a quota is a host's, whatever the port; drop the port", ErrBadRule, pattern, port)
+		what := "names port " + port
+		if port == "" {
+			what = "ends in ':' with no port"
+		}
+		return "", fmt.Errorf("%w: pattern %q %s: a quota is a host's, whatever the port; drop the port", ErrBadRule, pattern, what)
 	}
 	if rest, ok := strings.CutPrefix(p, "*."); ok {
 		name, err := normalizeHost(rest)

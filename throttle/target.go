@@ -95,29 +95,51 @@ func normalizeHost(host string) (string, error) {
 		}
 		h = hh
 	}
-	if ip, err := netip.ParseAddr(h); err == nil {
-		// An IPv4-mapped IPv6 address is the IPv4 host it maps to.
-		return ip.WithZone("").Unmap().String(), nil
+	if ip, isIP, err := asIP(host, h); isIP {
+		return ip, err
 	}
 	h = strings.TrimSuffix(h, ".")
-	if endsInANumber(h) {
-		// 127.1, 2130706433, 0x7f.1: the IPv4 forms of inet_aton, which
-		// resolvers and browsers read as 127.0.0.1 (the WHATWG URL
-		// standard's IPv4 parser); a name ending in a number is no DNS name.
-		ip, ok := parseLegacyIPv4(h)
-		if !ok {
-			return "", fmt.Errorf("%w %q: ends in a number but is not an IPv4 address", ErrBadTarget, trunc(host))
-		}
-		return ip.String(), nil
-	}
 	if !utf8.ValidString(h) {
 		return "", fmt.Errorf("%w %q: not valid UTF-8", ErrBadTarget, trunc(host))
 	}
 	ascii, err := hostIDNA.ToASCII(h)
-	if err != nil || !validHostname(ascii) {
+	if err != nil {
+		return "", fmt.Errorf("%w %q: not a host name or IP", ErrBadTarget, trunc(host))
+	}
+	if ascii != h {
+		// The mapping may make an address of what was none before it:
+		// full-width digits, an ideographic full stop.
+		if ip, isIP, err := asIP(host, ascii); isIP {
+			return ip, err
+		}
+		ascii = strings.TrimSuffix(ascii, ".")
+	}
+	if !validHostname(ascii) {
 		return "", fmt.Errorf("%w %q: not a host name or IP", ErrBadTarget, trunc(host))
 	}
 	return strings.ToLower(ascii), nil
+}
+
+// asIP returns the IP address h (from host, for messages) is, in its
+// canonical form, and whether it is one: an error when h ends in a number
+// but is no IPv4 address.
+func asIP(host, h string) (string, bool, error) {
+	if ip, err := netip.ParseAddr(h); err == nil {
+		// An IPv4-mapped IPv6 address is the IPv4 host it maps to.
+		return ip.WithZone("").Unmap().String(), true, nil
+	}
+	h = strings.TrimSuffix(h, ".")
+	if !endsInANumber(h) {
+		return "", false, nil
+	}
+	// 127.1, 2130706433, 0x7f.1: the IPv4 forms of inet_aton, which
+	// resolvers and browsers read as 127.0.0.1 (the WHATWG URL standard's
+	// IPv4 parser); a name ending in a number is no DNS name.
+	ip, ok := parseLegacyIPv4(h)
+	if !ok {
+		return "", true, fmt.Errorf("%w %q: ends in a number but is not an IPv4 address", ErrBadTarget, trunc(host))
+	}
+	return ip.String(), true, nil
 }
 
 // hostIDNA is idna.Lookup without its STD3 rules, which refuse '_': names

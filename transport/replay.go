@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -33,9 +34,13 @@ import (
 //
 // When no slot can be had (ctx ended, or the slot lies past its deadline),
 // the request is stopped before it is written: the attempt's context is
-// cancelled and the connection's writes fail at once, so the base gives
-// up. A base other than net/http's makes no GotConn calls; the guard then
-// does nothing.
+// cancelled and, on a connection known to carry HTTP/1 alone, its writes
+// fail at once, so the base gives up. An HTTP/2 connection (over TLS, or
+// h2c through an http.Transport whose Protocols ask for it) carries other
+// streams and is left alone: the cancelled context alone stops the
+// request, which net/http checks before it writes a stream's headers. A
+// base other than net/http's makes no GotConn calls; the guard then does
+// nothing.
 type connGuard struct {
 	tr     *Transport
 	ctx    context.Context // the caller's: the quota's waits are bounded by it
@@ -68,7 +73,8 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 	first, stopped, res := g.conns == 1, g.err != nil, g.res
 	g.mu.Unlock()
 	var why string
-	switch h2 := !first && overHTTP2(info); {
+	h2 := g.multiplexed(info)
+	switch {
 	case stopped:
 	case !first && !h2:
 		why = "replay on another connection"
@@ -93,17 +99,37 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 			return
 		}
 	}
-	if info.Conn != nil {
-		// net/http checks the context before it gets a connection, not
-		// after: a write deadline in the past fails the write before a
-		// byte leaves.
+	if !h2 && knownConn(info.Conn) {
+		// net/http's HTTP/1 checks the context before it gets a
+		// connection, not after: a write deadline in the past fails the
+		// write before a byte leaves. The connection is this request's
+		// alone.
 		_ = info.Conn.SetWriteDeadline(time.Unix(1, 0))
 	}
 }
 
-func overHTTP2(info httptrace.GotConnInfo) bool {
-	c, ok := info.Conn.(*tls.Conn)
-	return ok && c.ConnectionState().NegotiatedProtocol == "h2"
+// multiplexed reports whether the connection may carry HTTP/2: negotiated
+// over TLS, or unencrypted HTTP/2 with prior knowledge, which an
+// http.Transport base uses when its Protocols allow it and not HTTP/1.
+func (g *connGuard) multiplexed(info httptrace.GotConnInfo) bool {
+	switch c := info.Conn.(type) {
+	case *tls.Conn:
+		return c.ConnectionState().NegotiatedProtocol == "h2"
+	case nil:
+		return false
+	}
+	b, ok := g.tr.base.(*http.Transport)
+	return ok && b.Protocols != nil && b.Protocols.UnencryptedHTTP2() && !b.Protocols.HTTP1()
+}
+
+// knownConn reports whether c is a connection net/http made itself, whose
+// protocol multiplexed can tell.
+func knownConn(c net.Conn) bool {
+	switch c.(type) {
+	case *tls.Conn, *net.TCPConn, *net.UnixConn:
+		return true
+	}
+	return false
 }
 
 // stopped returns how long the attempt waited on the quota at its

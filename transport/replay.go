@@ -141,10 +141,11 @@ func (g *connGuard) stopped() (time.Duration, error) {
 }
 
 // done ends the attempt's context once the attempt is over: when resp's
-// body is closed, or at once when there is no response. It returns resp,
-// its body wrapped to that end.
+// body is closed, or at once when there is no response or no body to read
+// (http.NoBody stays as it is, for callers that compare with it). It
+// returns resp, its body wrapped to that end.
 func (g *connGuard) done(resp *http.Response) *http.Response {
-	if resp == nil || resp.Body == nil {
+	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
 		g.cancel(nil)
 		return resp
 	}

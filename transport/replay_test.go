@@ -197,3 +197,18 @@ func TestHTTP2RetriesOfRefusedStreamsKeepTheLimit(t *testing.T) {
 	}
 	require.LessOrEqual(t, peak, limit, "requests the server saw in the second from %v", at.Sub(arrivals[0]))
 }
+
+// A response without a body (HEAD, 204) keeps http.NoBody, which callers
+// may compare with.
+func TestABodylessResponseKeepsNoBody(t *testing.T) {
+	tg := newTarget(t, statuses(http.StatusNoContent))
+	tr := transport.New(nil, newThrottler(t, "10/1s"))
+	for _, method := range []string{http.MethodHead, http.MethodGet} {
+		req, err := http.NewRequestWithContext(t.Context(), method, tg.URL, nil)
+		require.NoError(t, err)
+		resp, err := roundTrip(t, tr, req)
+		require.NoError(t, err)
+		require.Equal(t, http.NoBody, resp.Body, method)
+		require.NoError(t, resp.Body.Close())
+	}
+}

@@ -17,21 +17,35 @@
 --          one element per admitted unit, its slot (8 bytes) then its
 --          member (unique: no two units collapse into one); a log an
 --          earlier fleetgate left as a sorted set (member, score = slot) or
---          as a list of decimal slots is rewritten when first read
---   pause  the target's meta, four numbers (32 bytes): the end of the
+--          as a list of decimal slots is rewritten when first read. A short
+--          log lives in meta instead (inline, below) and this key is then
+--          absent.
+--   pause  the target's meta, six numbers (48 bytes): the end of the
 --          fleet-wide pause (us, 0 for none), the live processes counted at
---          the latest mark, the latest slot a cancel removed, and when the
---          log's TTL, as the latest writer to renew it set it, ends (us, 0
---          for unknown); an earlier fleetgate wrote the first three alone,
---          or as "<pause>[:<live>[:<cancelled>]]", which is still read
+--          the latest mark, the latest slot a cancel removed, when the
+--          list log's TTL, as the latest writer to renew it set it, ends
+--          (us, 0 for unknown), when meta's own TTL ends (us, 0 for
+--          unknown), and the number of inline entries (-1: the log is the
+--          list); then the inline log: the entries' slots (8 bytes each, in
+--          slot order), then their members, each after its length (1 byte).
+--          A log of up to INLINE_MAX entries is kept inline, where a
+--          decision reads and writes it with the meta read it makes anyway
+--          (GET, SET): a third of the list's server time for a log of a
+--          few entries (BENCHMARKS.md). It moves to the list when it
+--          outgrows that, and back once the list is gone (every entry in
+--          it dead). An earlier fleetgate wrote the first
+--          four numbers alone (32 bytes), the first three, or
+--          "<pause>[:<live>[:<cancelled>]]", which is still read (as a log
+--          in the list).
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
 -- one or more (on a single node, where keys of many slots may meet).
 --
 -- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore". The script reads
 --         the server clock; tests may fix it, in us, after an '@' (say
---         "reserve@1700000000000000"). It is not an argument of its own:
---         each argument costs the server some 1,500 instructions.
+--         "reserve@1700000000000000"), and set INLINE_MAX after a '/'
+--         ("reserve/0": every log in the list). Neither is an argument of
+--         its own: each argument costs the server some 1,500 instructions.
 --
 -- reserve: ARGV[2] process id, then for each target, in KEYS order, a block
 --          of 1 + k arguments: first the numbers, 7 + 2k of them in one
@@ -90,8 +104,12 @@
 -- Past that, the TTL may drop an entry that a process with the larger
 -- margin still counts, and that process takes the log for lost and pauses
 -- the target as if full.
--- Processes of a release that set the TTL on every write must not share a
--- Redis with this one: they may shorten a TTL that meta tells of.
+-- An inline log lives as long as meta, whose TTL is renewed the same way
+-- (to a window and three spares past the last entry, kept in meta) and
+-- never shortened.
+-- Processes of a release that set the TTL on every write, or that keeps
+-- no inline log, must not share a Redis with this one: they may shorten a
+-- TTL that meta tells of, or not see an inline log.
 
 local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
@@ -102,15 +120,34 @@ local fmt, sub, byte, floor = string.format, string.sub, string.byte, math.floor
 local spack, sunpack = struct.pack, struct.unpack
 local call, pcall = redis.call, redis.pcall
 
+-- INLINE_MAX: how many entries a log may hold inline, in meta. Each
+-- decision copies the inline log twice (GET, SET): a few kilobytes cost
+-- less than one more command.
+local INLINE_MAX = 64
+
 local now
 if (string.byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a time
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 else
+  -- Tests' forms: "<op>@<time>", "<op>/<inline max>", "<op>@<time>/<inline max>".
+  local slash = string.find(op, '/', 1, true)
+  if slash then
+    INLINE_MAX = tonumber(sub(op, slash + 1))
+    if not INLINE_MAX then return redis.error_reply('fleetgate: bad op ' .. op) end
+    op = sub(op, 1, slash - 1)
+  end
   local at = string.find(op, '@', 1, true)
-  if at then now = tonumber(sub(op, at + 1)) end
-  if not now then return redis.error_reply('fleetgate: bad op ' .. op) end
-  op = sub(op, 1, at - 1)
+  if at then
+    now = tonumber(sub(op, at + 1))
+    if not now then return redis.error_reply('fleetgate: bad op ' .. op) end
+    op = sub(op, 1, at - 1)
+  elseif slash then
+    local t = call('TIME')
+    now = t[1] * 1000000 + t[2]
+  else
+    return redis.error_reply('fleetgate: bad op ' .. op)
+  end
 end
 
 local MEMBER = 9 -- where an entry's member starts: sub(e, MEMBER); its slot is sunpack('>i8', e)
@@ -132,30 +169,47 @@ local function helpers()
   local h = {}
 
   -- parse_meta reads a meta value (false when there is none): the pause
-  -- end, the live count, the latest slot a cancel removed and the log's
-  -- expiry. Fields an earlier fleetgate did not write read as 0.
+  -- end, the live count, the latest slot a cancel removed, the list log's
+  -- expiry, meta's expiry, the number of inline entries (-1: none, the
+  -- log is the list) and the inline log (slots, then members). Numbers an
+  -- earlier fleetgate did not write read as 0, and its log is the list.
   function h.parse_meta(v)
-    if not v then return 0, 0, 0, 0 end
+    if not v then return 0, 0, 0, 0, 0, -1, '' end
     if string.byte(v) == 0 then
-      if #v == 32 then return struct.unpack('>i8i8i8i8', v) end
+      if #v >= 48 then
+        local p, l, c, e, u, n = struct.unpack('>i8i8i8i8i8i8', v)
+        return p, l, c, e, u, n, sub(v, 49)
+      end
+      if #v == 32 then
+        local p, l, c, e = struct.unpack('>i8i8i8i8', v)
+        return p, l, c, e, 0, -1, ''
+      end
       if #v == 24 then
         local p, l, c = struct.unpack('>i8i8i8', v)
-        return p, l, c, 0
+        return p, l, c, 0, 0, -1, ''
       end
     end
     local p, l, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
-    return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0, 0
+    return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0, 0, 0, -1, ''
   end
 
   -- write_meta stores at metakey, at time now, the pause end, the live
-  -- count, the latest cancelled slot and the log's expiry, kept until the
-  -- pause ends or for keep us, whichever is later; keep false: with the
-  -- TTL the key has (it must have one).
-  function h.write_meta(metakey, now, pause_end, live, cancelled, expires, keep)
-    local v = spack('>i8i8i8i8', pause_end, live, cancelled, expires)
+  -- count, the latest cancelled slot, the list log's expiry, and n inline
+  -- entries (payload; -1 and '' for none), and returns the value. With
+  -- keep, meta is kept until the pause ends, for keep us, or until meta's
+  -- expiry mexp (us, 0 for unknown), whichever is latest; keep false:
+  -- with the TTL the key has (it must have one), which mexp tells of.
+  function h.write_meta(metakey, now, pause_end, live, cancelled, expires, keep, mexp, n, payload)
+    mexp = mexp or 0
     if keep then
-      if pause_end - now > keep then keep = pause_end - now end
-      call('SET', metakey, v, 'PX', fmt('%d', math.floor(keep / 1000) + 1))
+      local e = now + keep
+      if pause_end > e then e = pause_end end
+      if mexp > e then e = mexp end
+      mexp = e
+    end
+    local v = spack('>i8i8i8i8i8i8', pause_end, live, cancelled, expires, mexp, n or -1) .. (payload or '')
+    if keep then
+      call('SET', metakey, v, 'PX', fmt('%d', math.floor((mexp - now) / 1000) + 1))
     else
       call('SET', metakey, v, 'KEEPTTL')
     end
@@ -167,6 +221,30 @@ local function helpers()
   local function spare(window)
     if window < 1000000 then return 500000 elseif window > 60000000 then return 30000000 end
     return math.floor(window / 2)
+  end
+  h.spare = spare
+
+  -- entries returns the n entries of an inline log (as the list holds
+  -- them: the slot, then the member).
+  function h.entries(payload, n)
+    local es, pos = {}, 8 * n + 1
+    for i = 0, n - 1 do
+      local ml = string.byte(payload, pos)
+      es[i + 1] = sub(payload, 8 * i + 1, 8 * i + 8) .. sub(payload, pos + 1, pos + ml)
+      pos = pos + ml + 1
+    end
+    return es
+  end
+
+  -- pack returns the inline log of entries, or nil when a member is too
+  -- long for it (over 255 bytes).
+  function h.pack(es)
+    local ss, ms = {}, {}
+    for i, e in ipairs(es) do
+      if #e > 263 then return nil end
+      ss[i], ms[i] = sub(e, 1, 8), string.char(#e - 8) .. sub(e, 9)
+    end
+    return table.concat(ss) .. table.concat(ms)
   end
 
   -- renew sets the TTL of the log, whose last slot is last, to a window
@@ -240,11 +318,13 @@ if op == 'reserve' then
     for b = 2, #KEYS, 3 do mkeys[#mkeys + 1] = KEYS[b] end
     metas = call('MGET', unpack(mkeys))
   end
-  local written -- meta values this run wrote, by key: a target may come twice
-  -- A block's new entries, new[1..nn], written at its end; until then the
-  -- (limit-n+1)-th most recent entry may be one of them. Every block
-  -- reuses the table.
-  local new = {false} -- made with room for one: it then grows without a rehash
+  -- Meta values this run wrote, by key, when it has several blocks: a
+  -- target may come twice.
+  local written = #KEYS > 3 and {}
+  -- A block's new entries, written at its end: entry i's slot is
+  -- new[2i-1], its member new[2i]. Until then the (limit-n+1)-th most
+  -- recent entry may be one of them. Every block reuses the table.
+  local new = {false, false} -- made with room for one: it then grows without a rehash
   local a = 3 -- the next block's first argument
   for b = 1, #KEYS, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
@@ -260,13 +340,14 @@ if op == 'reserve' then
     if not m then
       if metas then m = metas[(b + 2) / 3] else m = meta1 end
     end
-    local pause, live, cancelled, expires = 0, 0, 0, 0
+    -- ni: the number of inline entries, -1 when the log is the list.
+    local pause, live, cancelled, expires, mexp, ni = 0, 0, 0, 0, 0, -1
     if m then
-      if #m == 32 and byte(m) == 0 then
-        pause, live, cancelled, expires = sunpack('>i8i8i8i8', m)
+      if #m >= 48 and byte(m) == 0 then
+        pause, live, cancelled, expires, mexp, ni = sunpack('>i8i8i8i8i8i8', m)
       else -- as an earlier fleetgate wrote it
         H = H or helpers()
-        pause, live, cancelled, expires = H.parse_meta(m)
+        pause, live, cancelled, expires, mexp, ni = H.parse_meta(m)
       end
     end
     if pause <= now then pause = 0 end
@@ -305,7 +386,16 @@ if op == 'reserve' then
     --   len is then limit, as many entries as are known to be live, and
     --   bounds are looked up from the end (BENCHMARKS.md).
     local tailEntry -- the limit-th entry from the end, when a tail path read it
-    if full == 2 then
+    -- An inline log: live entry i's slot is at ibase + 8i in m.
+    local ibase
+    if ni >= 0 then
+      local f = 0
+      ibase = 49
+      while f < ni and sunpack('>i8', m, ibase) <= cutoff do f, ibase = f + 1, ibase + 8 end
+      len = ni - f
+      if len > 0 then last = sunpack('>i8', m, 41 + 8 * ni) end
+      head = false
+    elseif full == 2 then
       tailEntry = pcall('LINDEX', log, fmt('%d', -limit))
       if type(tailEntry) ~= 'string' then tailEntry = nil end -- false (too short, or no log) or an error (not a list)
     elseif full ~= 0 then
@@ -418,11 +508,13 @@ if op == 'reserve' then
         if len + nn >= r then
           local e
           if r <= nn then
-            e = sunpack('>i8', new[nn - r + 1])
+            e = new[2 * (nn - r) + 1]
           else
             local back = r - nn -- from the log's end, 1 = its last
             local idx = len - back  -- from its head, 0 = its first
-            if off + idx < nhead then
+            if ibase then
+              e = sunpack('>i8', m, ibase + 8 * idx)
+            elseif off + idx < nhead then
               e = sunpack('>i8', head[off + idx + 1])
             else
               if idx ~= cached then
@@ -441,12 +533,12 @@ if op == 'reserve' then
           granted = true
           if n == 1 then
             nn = nn + 1
-            new[nn] = spack('>i8c0', slot, member)
+            new[2 * nn - 1], new[2 * nn] = slot, member
           else
-            local prefix = spack('>i8c0', slot, member) .. '.'
+            local prefix = member .. '.'
             for j = 1, n do
               nn = nn + 1
-              new[nn] = prefix .. j
+              new[2 * nn - 1], new[2 * nn] = slot, prefix .. j
             end
           end
           last = slot
@@ -462,29 +554,79 @@ if op == 'reserve' then
       end
     end
     local renewed = false
-    if nn > 0 then
+    -- payload: the inline log meta is to hold after this run (nil: the
+    -- log is the list, or the inline log stays as it is).
+    local payload, moved = nil, false
+    -- The log must outlive its last slot by a window and a spare. Its TTL
+    -- is renewed (to three spares past the window, and its end kept in
+    -- meta) only when the end meta tells of falls short of that, or when
+    -- this push made the list: a list made anew has no TTL, and meta may
+    -- tell of a list that is gone. A PEXPIRE on every write cost 10k server
+    -- instructions, 9% of a decision (BENCHMARKS.md); a busy log is renewed
+    -- once per two spares. The spare left after every write lets a process
+    -- whose margin is up to that much larger find its entries too.
+    local spare = window / 2 -- as the helpers' spare, in line: H is seldom made
+    if spare < 500000 then spare = 500000 elseif spare > 30000000 then spare = 30000000 end
+    if nn > 0 and (ni >= 0 or len == 0) and len + nn <= INLINE_MAX then
+      -- Inline: the live entries' slots, the new ones', the live entries'
+      -- members, the new ones' (each after its length), in pieces that
+      -- the write joins in one concatenation (packing, cutting and joining
+      -- strings is most of what an inline decision costs).
+      local slots, mlen, mb
+      if nn == 1 then
+        mb = new[2]
+        if #mb <= 255 then slots, mlen = spack('>i8', new[1]), string.char(#mb) end
+      else
+        local ss, ms = {}, {}
+        for i = 1, nn do
+          if #new[2 * i] > 255 then
+            ss = nil
+            break
+          end
+          ss[i], ms[i] = spack('>i8', new[2 * i - 1]), spack('Bc0', #new[2 * i], new[2 * i])
+        end
+        if ss then slots, mlen, mb = table.concat(ss), table.concat(ms), '' end
+      end
+      if slots then
+        if len > 0 then
+          local pos = 49 + 8 * ni -- the first member
+          for _ = 1, ni - len do pos = pos + byte(m, pos) + 1 end -- past the dead
+          payload = {sub(m, ibase, 48 + 8 * ni), slots, sub(m, pos), mlen, mb}
+        else
+          payload = {'', slots, '', mlen, mb}
+        end
+        ni = len + nn
+      end
+    end
+    if nn > 0 and not payload then
+      if ni >= 0 then
+        -- The inline log outgrows meta: its live entries go to the list
+        -- first, and the list gets a TTL of its own.
+        H = H or helpers()
+        if len > 0 then
+          local es, pos = {}, 49 + 8 * ni
+          for i = 0, ni - 1 do
+            local ml = byte(m, pos)
+            if i >= ni - len then es[#es + 1] = sub(m, 49 + 8 * i, 56 + 8 * i) .. sub(m, pos + 1, pos + ml) end
+            pos = pos + ml + 1
+          end
+          H.push(log, es)
+        end
+        ni, expires, moved = -1, 0, true
+      end
       local size
       if nn == 1 then
-        size = call('RPUSH', log, new[1])
+        size = call('RPUSH', log, spack('>i8c0', new[1], new[2]))
       else
+        local es = {}
+        for i = 1, nn do es[i] = spack('>i8c0', new[2 * i - 1], new[2 * i]) end
         for i = 1, nn, 1000 do -- in chunks: unpack has a stack limit
-          size = call('RPUSH', log, unpack(new, i, math.min(i + 999, nn)))
+          size = call('RPUSH', log, unpack(es, i, math.min(i + 999, nn)))
         end
       end
-      -- The log must outlive its last slot by a window and a spare. Its
-      -- TTL is renewed (to three spares past the window, and its end kept
-      -- in meta) only when the end meta tells of falls short of that, or
-      -- when this push made the list: a list made anew has no TTL, and
-      -- meta may tell of a list that is gone. A PEXPIRE on every write
-      -- cost 10k server instructions, 9% of a decision (BENCHMARKS.md);
-      -- a busy log is renewed once per two spares. The spare left after
-      -- every write lets a process whose margin is up to that much larger
-      -- find its entries too. A list made anew gets a TTL that lasts at
-      -- least as long as meta tells, so meta, left as it is, tells no more
-      -- than the truth, and a target whose log is gone at each call pays
-      -- no write to meta.
-      local spare = window / 2 -- as the helpers' spare, in line: H is seldom made
-      if spare < 500000 then spare = 500000 elseif spare > 30000000 then spare = 30000000 end
+      -- A list made anew gets a TTL that lasts at least as long as meta
+      -- tells, so meta, left as it is, tells no more than the truth, and a
+      -- target whose log is gone at each call pays no write to meta.
       if size == nn or expires < last + window + spare then
         H = H or helpers()
         renewed = size ~= nn
@@ -495,26 +637,53 @@ if op == 'reserve' then
     -- The heartbeat: a process marks itself live every quarter of the
     -- liveness per target, and at once when the log was lost; the count
     -- goes to meta, where the calls in between read it.
-    if liveness > 0 or lost then
-      if liveness < 0 then liveness = -liveness end
+    local added
+    local beat = liveness > 0 or lost
+    if liveness < 0 then liveness = -liveness end
+    if beat then
       -- Mark this process live, drop the processes not seen for
       -- liveness and count the rest.
-      local added = call('ZADD', procs, fmt('%d', now), proc)
+      added = call('ZADD', procs, fmt('%d', now), proc)
       call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
       call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
       live = call('ZCARD', procs)
-      written = written or {}
+    end
+    if payload then
+      -- Meta holds the log: it is written at each admission, with its TTL
+      -- renewed as the list's would be (and for the liveness after a mark).
+      local keepEnd = mexp
+      if keepEnd < last + window + spare then keepEnd = last + window + 3 * spare end
+      if beat and keepEnd < now + liveness then keepEnd = now + liveness end
+      if pause > keepEnd then keepEnd = pause end
+      -- The first five numbers, as they were when none of them changed.
+      local head
+      if keepEnd == mexp and not beat and not lost and ibase then
+        head = sub(m, 1, 40)
+      else
+        head = spack('>i8i8i8i8i8', pause, live, cancelled, expires, keepEnd)
+      end
+      local v = head .. spack('>i8', ni) .. payload[1] .. payload[2] .. payload[3] .. payload[4] .. payload[5]
+      if keepEnd > mexp then
+        call('SET', metakey, v, 'PX', fmt('%d', floor((keepEnd - now) / 1000) + 1))
+      else
+        call('SET', metakey, v, 'KEEPTTL')
+      end
+      if written then written[metakey] = v end
+    elseif beat then
       H = H or helpers()
-      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, expires, liveness)
-      -- Not counted until now: the other processes' counts may lack it.
-      if added == 1 then live = -live end
-    elseif renewed then
+      local inline = ''
+      if ni >= 0 then inline = sub(m, 49) end
+      local v = H.write_meta(metakey, now, pause, live, cancelled, expires, liveness, mexp, ni, inline)
+      if written then written[metakey] = v end
+    elseif renewed or moved then
       -- Keep meta's TTL; a meta made here lasts as long as the log.
       local keep = false
       if not m then keep = expires - now end
-      written = written or {}
-      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, expires, keep)
+      local v = H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp, ni, '')
+      if written then written[metakey] = v end
     end
+    -- Not counted until now: the other processes' counts may lack it.
+    if added == 1 then live = -live end
 
     local remaining = limit - len - nn
     if remaining < 0 or pause > 0 then remaining = 0 end
@@ -537,6 +706,31 @@ elseif op == 'cancel' then
       want[ARGV[i]] = true
       left = left + 1
     end
+  end
+  local pause, live, cancelled, expires, mexp, ni, payload = H.parse_meta(call('GET', metakey))
+  if ni >= 0 then
+    -- An inline log is written anew without them, with the latest slot
+    -- removed when it was the log's last, in one write of meta.
+    local rest, removed, latest = {}, 0, 0
+    for _, e in ipairs(H.entries(payload, ni)) do
+      local m = sub(e, MEMBER)
+      if want[m] then
+        want[m] = nil
+        removed = removed + 1
+        local slot = sunpack('>i8', e)
+        if slot > latest then latest = slot end
+      else
+        rest[#rest + 1] = e
+      end
+    end
+    local last = 0
+    if #rest > 0 then last = sunpack('>i8', rest[#rest]) end
+    if removed > 0 then
+      local k = false
+      if latest > last and latest > cancelled then cancelled, k = latest, keep end
+      H.write_meta(metakey, now, pause, live, cancelled, expires, k, mexp, #rest, H.pack(rest))
+    end
+    return {now, removed, last}
   end
   local to = pcall('LLEN', log) -- search [from, to)
   if type(to) == 'table' then
@@ -596,8 +790,7 @@ elseif op == 'cancel' then
   if latest > last then
     -- Other processes may have seen a removed entry as the log's last: a
     -- cancel took it, the log was not lost.
-    local pause, live, cancelled, expires = H.parse_meta(call('GET', metakey))
-    if latest > cancelled then H.write_meta(metakey, now, pause, live, latest, expires, keep) end
+    if latest > cancelled then H.write_meta(metakey, now, pause, live, latest, expires, keep, mexp) end
   end
   return {now, removed, last}
 
@@ -605,10 +798,10 @@ elseif op == 'pause' then
   local d = tonumber(ARGV[2])
   local keep = tonumber(ARGV[3])
   if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
-  local cur, live, cancelled, expires = H.parse_meta(call('GET', metakey))
+  local cur, live, cancelled, expires, mexp, n, inline = H.parse_meta(call('GET', metakey))
   if d > 0 and now + d > cur then
     cur = now + d
-    H.write_meta(metakey, now, cur, live, cancelled, expires, keep)
+    H.write_meta(metakey, now, cur, live, cancelled, expires, keep, mexp, n, inline)
   end
   local left = 0
   if cur > now then left = cur - now end
@@ -621,13 +814,20 @@ elseif op == 'restore' then
   -- that a member whose entry is dead gets one entry, not two. An old log
   -- is upgraded as reserve's read does it (written twice: a shared helper
   -- cost every reserve 1.5-2.5% more server instructions).
-  local all = pcall('LRANGE', log, '0', '-1')
-  if all.err then
-    H.upgrade(log, all)
-    all = call('LRANGE', log, '0', '-1')
-  elseif #all > 0 and sunpack('>i8', all[1]) > TEXT then
-    H.upgrade(log)
-    all = call('LRANGE', log, '0', '-1')
+  local m = call('GET', metakey)
+  local pause, live, cancelled, expires, mexp, ni, payload = H.parse_meta(m)
+  local all
+  if ni >= 0 then
+    all = H.entries(payload, ni)
+  else
+    all = pcall('LRANGE', log, '0', '-1')
+    if all.err then
+      H.upgrade(log, all)
+      all = call('LRANGE', log, '0', '-1')
+    elseif #all > 0 and sunpack('>i8', all[1]) > TEXT then
+      H.upgrade(log)
+      all = call('LRANGE', log, '0', '-1')
+    end
   end
   local old, last = {}, nil
   local have = {} -- member -> its slot in the log
@@ -638,7 +838,9 @@ elseif op == 'restore' then
       have[sub(e, MEMBER)] = slot
     end
   end
-  if #old == 0 and #all > 0 then
+  if ni >= 0 then
+    -- Written anew below, if at all.
+  elseif #old == 0 and #all > 0 then
     call('DEL', log)
   elseif #old < #all then -- the log is in slot order: the dead lead it
     call('LTRIM', log, fmt('%d', #all - #old), '-1')
@@ -656,13 +858,11 @@ elseif op == 'restore' then
   for m, slot in pairs(want) do add[#add + 1] = {slot, m} end
   if #add == 0 then return {now, 0} end
   table.sort(add, function(x, y) return x[1] < y[1] end)
+  local tail = add[#add][1]
+  if last and last > tail then tail = last end
   local merged = {}
-  if next(moved) == nil and (last == nil or add[1][1] >= last) then
-    -- All after the log's end: append.
-    for _, x in ipairs(add) do merged[#merged + 1] = spack('>i8c0', x[1], x[2]) end
-    H.push(log, merged)
-  else
-    -- Merge in slot order and write the log anew.
+  -- merge merges old and add in slot order into merged.
+  local function merge()
     local i, j = 1, 1
     while i <= #old or j <= #add do
       if i <= #old and moved[sub(old[i], MEMBER)] then
@@ -675,19 +875,35 @@ elseif op == 'restore' then
         j = j + 1
       end
     end
+  end
+  if ni >= 0 or #old == 0 then
+    merge()
+    local inline = #merged <= INLINE_MAX and H.pack(merged)
+    if inline then
+      -- Inline: meta lasts a window and three spares past the last slot,
+      -- as a renewal makes it.
+      local keep = tail + window + 3 * H.spare(window) - now
+      H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp, #merged, inline)
+      return {now, #add}
+    end
+    H.push(log, merged) -- there is no list: it is made here
+  elseif next(moved) == nil and (last == nil or add[1][1] >= last) then
+    -- All after the log's end: append.
+    for _, x in ipairs(add) do merged[#merged + 1] = spack('>i8c0', x[1], x[2]) end
+    H.push(log, merged)
+  else
+    -- Merge in slot order and write the log anew.
+    merge()
     call('DEL', log)
     H.push(log, merged)
   end
-  local tail = add[#add][1]
-  if last and last > tail then tail = last end
   -- The TTL is renewed as a reserve renews it (the log may be new), and
   -- meta keeps its end.
-  local m = call('GET', metakey)
-  local pause, live, cancelled, expires = H.parse_meta(m)
+  if ni >= 0 then expires = 0 end -- the list is new: meta told of none
   expires = H.renew(log, now, tail, window, expires)
   local keep = false
   if not m then keep = expires - now end
-  H.write_meta(metakey, now, pause, live, cancelled, expires, keep)
+  H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp)
   return {now, #add}
 end
 

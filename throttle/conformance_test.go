@@ -36,12 +36,15 @@ type storeKind struct {
 func storeKinds(t *testing.T) []storeKind {
 	single := redistest.StartServer(t)
 	cluster := redistest.StartCluster(t)
-	redisKind := func(client func(t *testing.T) redis.UniversalClient) func(t *testing.T) (Store, *fakeClock) {
+	// inlineMax: how many entries a log keeps in meta ("": the script's
+	// own figure; "0": every log is the list; a few: logs move between the
+	// two all the time).
+	redisKind := func(client func(t *testing.T) redis.UniversalClient, inlineMax string) func(t *testing.T) (Store, *fakeClock) {
 		return func(t *testing.T) (Store, *fakeClock) {
 			clock := newFakeClock()
 			s, err := NewRedisStore(client(t), WithKeyPrefix(redistest.KeyPrefix(t)))
 			require.NoError(t, err)
-			s.now = clock.us.Load
+			s.now, s.inlineMax = clock.us.Load, inlineMax
 			return s, clock
 		}
 	}
@@ -52,8 +55,10 @@ func storeKinds(t *testing.T) []storeKind {
 			t.Cleanup(func() { s.Close() })
 			return s, clock
 		}},
-		{"redis", redisKind(func(t *testing.T) redis.UniversalClient { return single.Client(t) })},
-		{"cluster", redisKind(func(t *testing.T) redis.UniversalClient { return cluster.Client(t) })},
+		{"redis", redisKind(func(t *testing.T) redis.UniversalClient { return single.Client(t) }, "")},
+		{"redis/list", redisKind(func(t *testing.T) redis.UniversalClient { return single.Client(t) }, "0")},
+		{"redis/inline-2", redisKind(func(t *testing.T) redis.UniversalClient { return single.Client(t) }, "2")},
+		{"cluster", redisKind(func(t *testing.T) redis.UniversalClient { return cluster.Client(t) }, "")},
 	}
 }
 

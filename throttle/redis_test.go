@@ -3,6 +3,7 @@ package throttle
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -41,15 +42,20 @@ func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
 		for _, k := range keys {
 			ttl, err := client.PTTL(ctx, k).Result()
 			require.NoError(t, err)
+			if ttl == -2 && k == keys[0] { // go-redis: no such key
+				continue // no list: the log is inline, in meta
+			}
 			require.Greater(t, ttl, time.Duration(0), "key %s must have a TTL", k)
 			require.LessOrEqual(t, ttl, 20*time.Second, "key %s", k)
 		}
-		log, err := client.PTTL(ctx, keys[0]).Result()
-		require.NoError(t, err)
+		require.Len(t, logOf(t, client, s, target), 2)
+		log := logTTL(t, client, s, target)
 		// The second booking is a second away: the log lasts its window
 		// past it, and three spares (half the window, at least 0.5 s).
 		require.Greater(t, log, 2*time.Second+500*time.Millisecond, "the log outlives its last booking's window and a spare")
-		require.LessOrEqual(t, log, 3500*time.Millisecond+time.Millisecond)
+		// Three spares; an inline log lasts as long as meta, which keeps
+		// the live count for the liveness.
+		require.LessOrEqual(t, log, max(3500*time.Millisecond, livenessFor(defaultLiveness, time.Second))+time.Millisecond)
 	}
 	_, err = NewRedisStore(client, WithKeyPrefix("bad{"))
 	require.Error(t, err)
@@ -74,9 +80,7 @@ func TestRedisStoreEntriesAreUniqueAcrossProcesses(t *testing.T) {
 	st, err := a.Reserve(ctx, "example.com", lim, []Request{{ID: 8, N: 3, MaxWait: -1}}, g)
 	require.NoError(t, err)
 	require.Equal(t, 5, st.Remaining, "same ids in two processes and the units of one request are distinct entries")
-	n, err := client.LLen(ctx, a.keys("example.com")[0]).Result()
-	require.NoError(t, err)
-	require.Equal(t, int64(5), n)
+	require.Len(t, logOf(t, client, a, "example.com"), 5)
 	procs, err := client.ZRange(ctx, a.keys("example.com")[2], 0, -1).Result()
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{a.Process(), b.Process()}, procs, "both processes are in the heartbeat")
@@ -259,9 +263,7 @@ func TestSharedPlaceholdersCountOnce(t *testing.T) {
 	}
 	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
 	require.NoError(t, err)
-	n, err := client.LLen(ctx, s.keys("example.com")[0]).Result()
-	require.NoError(t, err)
-	require.Equal(t, int64(3+2), n, "3 shared placeholders once, and each process's own entry")
+	require.Len(t, logOf(t, client, s, "example.com"), 3+2, "3 shared placeholders once, and each process's own entry")
 }
 
 // TestRedisStoreUpgradesASortedSetLog: a log left as a sorted set by an
@@ -490,9 +492,7 @@ func TestRestoreMovesAMemberLater(t *testing.T) {
 	require.NoError(t, s.Restore(ctx, "x.example", 10*time.Second, []Entry{{ID: shared, N: 1, Age: -time.Second}, {ID: 5, N: 1, Age: 0}}))
 	require.NoError(t, s.Restore(ctx, "x.example", 10*time.Second, []Entry{{ID: shared, N: 1, Age: -3 * time.Second}}))
 	require.NoError(t, s.Restore(ctx, "x.example", 10*time.Second, []Entry{{ID: shared, N: 1, Age: -2 * time.Second}}))
-	es, err := client.LRange(ctx, s.keys("x.example")[0], 0, -1).Result()
-	require.NoError(t, err)
-	require.Equal(t, []string{logEntry(now, s.member(5)), logEntry(now+3_000_000, s.member(shared))}, es)
+	require.Equal(t, []string{logEntry(now, s.member(5)), logEntry(now+3_000_000, s.member(shared))}, logOf(t, client, s, "x.example"))
 }
 
 // TestRestoreCutsTheDeadFirst: a restored member whose entry in the log no
@@ -511,12 +511,8 @@ func TestRestoreCutsTheDeadFirst(t *testing.T) {
 		require.NoError(t, client.RPush(ctx, s.keys(target)[0], dead).Err())
 		require.NoError(t, s.Restore(ctx, target, time.Second, []Entry{{ID: shared, N: 1, Age: 0}}))
 	}
-	es, err := client.LRange(ctx, s.keys("x.example")[0], 0, -1).Result()
-	require.NoError(t, err)
-	require.Equal(t, []string{logEntry(now, s.member(shared))}, es)
-	es, err = client.LRange(ctx, s.keys("y.example")[0], 0, -1).Result()
-	require.NoError(t, err)
-	require.Equal(t, []string{logEntry(now-500_000, s.member(8)), logEntry(now, s.member(shared))}, es)
+	require.Equal(t, []string{logEntry(now, s.member(shared))}, logOf(t, client, s, "x.example"))
+	require.Equal(t, []string{logEntry(now-500_000, s.member(8)), logEntry(now, s.member(shared))}, logOf(t, client, s, "y.example"))
 }
 
 // startStore returns a RedisStore on a server of its own, and a client of
@@ -619,6 +615,63 @@ func logEntry(slot int64, member string) string {
 	return string(binary.BigEndian.AppendUint64(nil, uint64(slot))) + member
 }
 
+// targetMeta is a target's meta key, parsed: its six numbers and its
+// inline log's entries (as logEntry writes them).
+type targetMeta struct {
+	pause, live, cancelled, expires, metaExpires, inline int64
+	entries                                              []string
+}
+
+// readMeta reads the meta key of s's target; a missing key reads as zeros
+// and a log in the list (inline -1).
+func readMeta(t *testing.T, client redis.UniversalClient, s *RedisStore, target string) targetMeta {
+	t.Helper()
+	v, err := client.Get(context.Background(), s.keys(target)[1]).Bytes()
+	if errors.Is(err, redis.Nil) {
+		return targetMeta{inline: -1}
+	}
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(v), 48, "meta %q", v)
+	n := func(i int) int64 { return int64(binary.BigEndian.Uint64(v[8*i:])) }
+	m := targetMeta{n(0), n(1), n(2), n(3), n(4), n(5), nil}
+	pos := 48 + 8*int(max(m.inline, 0))
+	for i := range m.inline {
+		ml := int(v[pos])
+		m.entries = append(m.entries, string(v[48+8*i:56+8*i])+string(v[pos+1:pos+1+ml]))
+		pos += 1 + ml
+	}
+	require.Equal(t, len(v), pos, "meta %q holds its numbers and inline log alone", v)
+	return m
+}
+
+// logOf returns the entries of s's log for target, wherever it lives: in
+// meta, or in the list.
+func logOf(t *testing.T, client redis.UniversalClient, s *RedisStore, target string) []string {
+	t.Helper()
+	ctx := context.Background()
+	listed, err := client.LRange(ctx, s.keys(target)[0], 0, -1).Result()
+	require.NoError(t, err)
+	m := readMeta(t, client, s, target)
+	if m.inline >= 0 {
+		require.Empty(t, listed, "an inline log has no list")
+		return m.entries
+	}
+	return listed
+}
+
+// logTTL returns the TTL of the key that holds s's log for target: meta
+// while the log is inline, else the list.
+func logTTL(t *testing.T, client redis.UniversalClient, s *RedisStore, target string) time.Duration {
+	t.Helper()
+	key := s.keys(target)[0]
+	if readMeta(t, client, s, target).inline >= 0 {
+		key = s.keys(target)[1]
+	}
+	ttl, err := client.PTTL(context.Background(), key).Result()
+	require.NoError(t, err)
+	return ttl
+}
+
 // TestAFullWindowIsReadFromTheTail: after a decision that found the window
 // full, the script decides from the log's length and its limit-th entry
 // from the end, without reading the log's head; once that entry is dead,
@@ -626,6 +679,7 @@ func logEntry(slot int64, member string) string {
 // entries no longer count.
 func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 	s, client, clock := fakeClockStore(t)
+	s.inlineMax = "0" // the log is the list
 	ctx := context.Background()
 	lim := Limit{Limit: 4, Window: time.Second}
 	reserve := func(wantOK bool, wantDelay time.Duration, wantRemaining int) {
@@ -662,6 +716,7 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 // TTL that lasts that long.
 func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 	s, client, clock := fakeClockStore(t)
+	s.inlineMax = "0" // the log is the list
 	ctx := context.Background()
 	lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // spare: 0.5 s
 	logKey := s.keys("example.com")[0]
@@ -713,7 +768,7 @@ func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 	require.NoError(t, client.Del(ctx, logKey).Err())
 	other, err := NewRedisStore(client, WithKeyPrefix(s.prefix))
 	require.NoError(t, err)
-	other.now = s.now
+	other.now, other.inlineMax = s.now, s.inlineMax
 	clock.Advance(10 * time.Millisecond)
 	reserve(other)
 	require.Equal(t, 3, pexpires(), "a list made anew is given its TTL")
@@ -724,24 +779,32 @@ func TestTheLogsTTLIsRenewedWhenShort(t *testing.T) {
 // slot, so a process whose margin is up to a spare larger than the
 // writer's finds every entry it still counts.
 func TestTheLogOutlivesALargerMargin(t *testing.T) {
-	s, client, clock := fakeClockStore(t)
-	ctx := context.Background()
-	lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // spare: 0.5 s
-	larger := lim.Window + 500*time.Millisecond
-	metaKey := s.keys("example.com")[1]
-	grants := make([]Grant, 1)
-	for i := range 60 { // a slot every 50 ms for 3 s
-		clock.Advance(50 * time.Millisecond)
-		_, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, grants)
-		require.NoError(t, err)
-		require.True(t, grants[0].OK)
-		require.Zero(t, grants[0].Delay, "the slot is now")
-		meta, err := client.Get(ctx, metaKey).Bytes()
-		require.NoError(t, err)
-		require.Len(t, meta, 32)
-		expires := int64(binary.BigEndian.Uint64(meta[24:]))
-		require.GreaterOrEqual(t, expires-clock.us.Load(), larger.Microseconds(),
-			"write %d: the log ends too soon for a margin 500 ms larger", i)
+	for _, inline := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inline=%v", inline), func(t *testing.T) {
+			s, client, clock := fakeClockStore(t)
+			if !inline {
+				s.inlineMax = "0"
+			}
+			ctx := context.Background()
+			lim := Limit{Limit: 1000, Window: 100 * time.Millisecond} // spare: 0.5 s
+			larger := lim.Window + 500*time.Millisecond
+			grants := make([]Grant, 1)
+			for i := range 60 { // a slot every 50 ms for 3 s
+				clock.Advance(50 * time.Millisecond)
+				_, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, grants)
+				require.NoError(t, err)
+				require.True(t, grants[0].OK)
+				require.Zero(t, grants[0].Delay, "the slot is now")
+				m := readMeta(t, client, s, "example.com")
+				require.Equal(t, inline, m.inline >= 0, "where the log is")
+				expires := m.expires // the list's, as its TTL was last set
+				if inline {
+					expires = m.metaExpires
+				}
+				require.GreaterOrEqual(t, expires-clock.us.Load(), larger.Microseconds(),
+					"write %d: the log ends too soon for a margin 500 ms larger", i)
+			}
+		})
 	}
 }
 
@@ -751,6 +814,7 @@ func TestTheLogOutlivesALargerMargin(t *testing.T) {
 // head still holds; a request that waits has the length read.
 func TestAFullWindowBoundsEachRequestFromTheEnd(t *testing.T) {
 	s, client, clock := fakeClockStore(t)
+	s.inlineMax = "0" // the log is the list
 	ctx := context.Background()
 	lim := Limit{Limit: 4, Window: time.Second}
 	reserve := func(n int, maxWait time.Duration) Grant {
@@ -926,4 +990,62 @@ func processesOnOneRedis(t *testing.T, rule string) (*redis.Client, func() *Thro
 		t.Cleanup(func() { _ = tr.Close() })
 		return tr
 	}
+}
+
+// TestAShortLogLivesInMeta: a log of up to 64 entries is kept in the
+// target's meta key, where a decision reads and writes it with one GET and
+// one SET and no list command; a log that outgrows it moves to the list,
+// keeping every entry in slot order, and comes back once the list is gone.
+func TestAShortLogLivesInMeta(t *testing.T) {
+	s, client, clock := fakeClockStore(t)
+	ctx := context.Background()
+	const target = "x.example"
+	lim := Limit{Limit: 100, Window: time.Second}
+	commands := func() string {
+		t.Helper()
+		stats, err := client.Info(ctx, "commandstats").Result()
+		require.NoError(t, err)
+		return stats
+	}
+	var want []string
+	reserve := func() {
+		t.Helper()
+		id := nextID()
+		grants := make([]Grant, 1)
+		_, err := s.Reserve(ctx, target, lim, []Request{{ID: id, N: 1, MaxWait: 0}}, grants)
+		require.NoError(t, err)
+		require.Equal(t, Grant{OK: true}, grants[0])
+		want = append(want, logEntry(clock.us.Load(), s.member(id)))
+	}
+	reserve() // the first call marks the process live
+	require.NoError(t, client.ConfigResetStat(ctx).Err())
+	for range 63 {
+		clock.Advance(time.Millisecond)
+		reserve()
+	}
+	stats := commands()
+	for _, cmd := range []string{"lrange", "llen", "lindex", "rpush", "ltrim", "del", "pexpire"} {
+		require.NotContains(t, stats, "cmdstat_"+cmd+":", "a short log is read and written in meta alone")
+	}
+	require.Contains(t, stats, "cmdstat_set:calls=63,", "one write of meta per decision")
+	m := readMeta(t, client, s, target)
+	require.Equal(t, int64(64), m.inline)
+	require.Equal(t, want, m.entries)
+	ttl, err := client.PTTL(ctx, s.keys(target)[1]).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, lim.Window, "meta lasts the log's window past its last entry")
+
+	clock.Advance(time.Millisecond)
+	reserve() // the 65th entry: the log moves to the list
+	require.Equal(t, int64(-1), readMeta(t, client, s, target).inline)
+	require.Equal(t, want, logOf(t, client, s, target))
+	ttl, err = client.PTTL(ctx, s.keys(target)[0]).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, lim.Window, "the list lasts its window past its last entry")
+
+	clock.Advance(2 * lim.Window) // every entry is dead: the list goes, and the log comes back
+	want = nil
+	reserve()
+	require.Equal(t, int64(1), readMeta(t, client, s, target).inline)
+	require.Equal(t, want, logOf(t, client, s, target))
 }

@@ -45,8 +45,11 @@ const DefaultKeyPrefix = "fleetgate:"
 // redis.UniversalClient; each target's keys share one hash tag, so they sit
 // in one Cluster slot.
 //
-// A target's log is a Redis list in slot order, one element (about 26
-// bytes) per admitted unit still in its window or booked ahead. Every key
+// A target's log holds, in slot order, one entry (about 26 bytes) per
+// admitted unit still in its window or booked ahead. Up to 64 entries live
+// in the target's meta key, with its pause and live count, where a
+// decision reads and writes them in the one GET and SET it makes anyway;
+// a longer log is a Redis list of its own. Every key
 // gets a TTL long enough for its window and reservations, so idle targets
 // leave nothing behind: a log lasts at least a window and a spare (half
 // the window, at least 0.5 s, at most 30 s) past its last entry, so
@@ -55,12 +58,13 @@ const DefaultKeyPrefix = "fleetgate:"
 // left than a window and a spare, so that writes seldom renew it. It needs
 // Redis 6.0 or later. RedisStore is safe for concurrent use.
 type RedisStore struct {
-	client   redis.UniversalClient
-	prefix   string
-	proc     string // this process's id: entry names and heartbeat
-	procArg  any    // proc, boxed once
-	liveness time.Duration
-	now      func() int64 // tests only: a fixed server time in µs
+	client    redis.UniversalClient
+	prefix    string
+	proc      string // this process's id: entry names and heartbeat
+	procArg   any    // proc, boxed once
+	liveness  time.Duration
+	now       func() int64 // tests only: a fixed server time in µs
+	inlineMax string       // tests only: how many entries a log keeps inline ("0": none)
 
 	targets sync.Map // target name -> *redisTarget
 	count   atomic.Int64
@@ -202,14 +206,20 @@ func escapeTag(t string) string {
 // after an '@' when a test fixes it. It is small enough to be inlined, so
 // that a constant name goes into the arguments without an allocation.
 func (s *RedisStore) op(name string) any {
-	if s.now != nil {
-		return s.fixedOp(name)
+	if s.now != nil || s.inlineMax != "" {
+		return s.testOp(name)
 	}
 	return name
 }
 
-func (s *RedisStore) fixedOp(name string) string {
-	return name + "@" + strconv.FormatInt(s.now(), 10)
+func (s *RedisStore) testOp(name string) string {
+	if s.now != nil {
+		name += "@" + strconv.FormatInt(s.now(), 10)
+	}
+	if s.inlineMax != "" {
+		name += "/" + s.inlineMax
+	}
+	return name
 }
 
 func (s *RedisStore) member(id uint64) string {

@@ -22,100 +22,122 @@ import (
 // state after every call, and the Redis log in slot order after every step.
 // The limits are large enough for long logs: the script's trimming, its
 // reads from either end of the log and its search for cancelled entries
-// all take their longer paths.
+// all take their longer paths. Each sequence runs with the script's own
+// inline maximum, with every log in the list, and with logs that move
+// between meta and the list at four entries.
 func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	client := redistest.StartServer(t).Client(t)
 	ctx := context.Background()
+	allMoves := map[string]int{} // by inline maximum
 	for _, lim := range []Limit{
+		{Limit: 3, Window: 100 * time.Millisecond},
 		{Limit: 7, Window: sec},
 		{Limit: 40, Window: 500 * time.Millisecond, Gap: 5 * time.Millisecond},
 		{Limit: 150, Window: 2 * sec},
 	} {
-		t.Run(fmt.Sprintf("%d per %v gap %v", lim.Limit, lim.Window, lim.Gap), func(t *testing.T) {
-			clock := newFakeClock()
-			mem := NewMemoryStore(WithMemoryClock(clock.Time), WithSweepInterval(0))
-			t.Cleanup(func() { mem.Close() })
-			rs, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-			require.NoError(t, err)
-			rs.now = clock.us.Load
-			stores := []Store{mem, rs}
-			const target = "diff.example"
-
-			type booking struct {
-				id uint64
-				n  int
-			}
-			var booked []booking
-			var id uint64
-			rng := rand.New(rand.NewPCG(7, uint64(lim.Limit)))
-			w := lim.Window
-			var longest, cancelled, restored int
-			for step := range 600 {
-				switch p := rng.IntN(100); {
-				case p < 30:
-					clock.Advance(time.Duration(rng.IntN(50)) * time.Millisecond)
-				case p < 34:
-					clock.Advance(time.Duration(rng.Int64N(int64(3 * w))))
-				case p < 42 && len(booked) > 0:
-					i := rng.IntN(len(booked))
-					b := booked[i]
-					booked = append(booked[:i], booked[i+1:]...)
-					for _, s := range stores {
-						require.NoError(t, s.Cancel(ctx, target, b.id, b.n), "step %d", step)
-					}
-					cancelled++
-				case p < 46:
-					var entries []Entry
-					for range 1 + rng.IntN(3) {
-						id++
-						entries = append(entries, Entry{ID: id, N: 1 + rng.IntN(3), Age: time.Duration(rng.Int64N(int64(5*w/2))) - w})
-					}
-					for _, s := range stores {
-						require.NoError(t, s.Restore(ctx, target, w, entries), "step %d", step)
-					}
-					restored++
-				case p < 48:
-					d := time.Duration(rng.Int64N(int64(w)))
-					var left [2]time.Duration
-					for i, s := range stores {
-						left[i], err = s.Pause(ctx, target, d)
-						require.NoError(t, err, "step %d", step)
-					}
-					require.Equal(t, left[0], left[1], "step %d: pause left", step)
-				default:
-					reqs := make([]Request, 1+rng.IntN(4))
-					for i := range reqs {
-						id++
-						n := 1 + rng.IntN(3)
-						if rng.IntN(20) == 0 {
-							n = lim.Limit + rng.IntN(2) // the whole limit, or more than it
-						}
-						reqs[i] = Request{ID: id, N: n, MaxWait: []time.Duration{0, -1, time.Duration(rng.Int64N(int64(2 * w)))}[rng.IntN(3)]}
-					}
-					var grants [2][]Grant
-					var states [2]State
-					for i, s := range stores {
-						grants[i] = make([]Grant, len(reqs))
-						states[i], err = s.Reserve(ctx, target, lim, reqs, grants[i])
-						require.NoError(t, err, "step %d", step)
-						states[i].Live, states[i].Joined = 0, false // each store's own heartbeat
-					}
-					require.Equal(t, grants[0], grants[1], "step %d: grants of %+v", step, reqs)
-					require.Equal(t, states[0], states[1], "step %d: state", step)
-					for i, g := range grants[0] {
-						if g.OK {
-							booked = append(booked, booking{reqs[i].ID, reqs[i].N})
-						}
-					}
-				}
-				// The script relies on the log being in slot order.
-				es, err := client.LRange(ctx, rs.keys(target)[0], 0, -1).Result()
+		for _, inlineMax := range []string{"", "0", "4"} {
+			t.Run(fmt.Sprintf("%d per %v gap %v inline %q", lim.Limit, lim.Window, lim.Gap, inlineMax), func(t *testing.T) {
+				clock := newFakeClock()
+				mem := NewMemoryStore(WithMemoryClock(clock.Time), WithSweepInterval(0))
+				t.Cleanup(func() { mem.Close() })
+				rs, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 				require.NoError(t, err)
-				require.True(t, slices.IsSortedFunc(es, func(a, b string) int { return strings.Compare(a[:8], b[:8]) }), "step %d: the log is out of slot order", step)
-				longest = max(longest, len(es))
-			}
-			t.Logf("longest log %d entries, %d cancellations, %d restores", longest, cancelled, restored)
-			require.Greater(t, longest, max(lim.Limit, 64), "the log must grow past the limit (reservations ahead) and past several search chunks")
-		})
+				rs.now, rs.inlineMax = clock.us.Load, inlineMax
+				stores := []Store{mem, rs}
+				const target = "diff.example"
+
+				type booking struct {
+					id uint64
+					n  int
+				}
+				var booked []booking
+				var id uint64
+				rng := rand.New(rand.NewPCG(7, uint64(lim.Limit)))
+				w := lim.Window
+				var longest, cancelled, restored, inline, moves int
+				wasInline := false
+				for step := range 600 {
+					switch p := rng.IntN(100); {
+					case p < 30:
+						clock.Advance(time.Duration(rng.IntN(50)) * time.Millisecond)
+					case p < 34:
+						clock.Advance(time.Duration(rng.Int64N(int64(3 * w))))
+					case p < 42 && len(booked) > 0:
+						i := rng.IntN(len(booked))
+						b := booked[i]
+						booked = append(booked[:i], booked[i+1:]...)
+						for _, s := range stores {
+							require.NoError(t, s.Cancel(ctx, target, b.id, b.n), "step %d", step)
+						}
+						cancelled++
+					case p < 46:
+						var entries []Entry
+						for range 1 + rng.IntN(3) {
+							id++
+							entries = append(entries, Entry{ID: id, N: 1 + rng.IntN(3), Age: time.Duration(rng.Int64N(int64(5*w/2))) - w})
+						}
+						for _, s := range stores {
+							require.NoError(t, s.Restore(ctx, target, w, entries), "step %d", step)
+						}
+						restored++
+					case p < 48:
+						d := time.Duration(rng.Int64N(int64(w)))
+						var left [2]time.Duration
+						for i, s := range stores {
+							left[i], err = s.Pause(ctx, target, d)
+							require.NoError(t, err, "step %d", step)
+						}
+						require.Equal(t, left[0], left[1], "step %d: pause left", step)
+					default:
+						reqs := make([]Request, 1+rng.IntN(4))
+						for i := range reqs {
+							id++
+							n := 1 + rng.IntN(3)
+							if rng.IntN(20) == 0 {
+								n = lim.Limit + rng.IntN(2) // the whole limit, or more than it
+							}
+							reqs[i] = Request{ID: id, N: n, MaxWait: []time.Duration{0, -1, time.Duration(rng.Int64N(int64(2 * w)))}[rng.IntN(3)]}
+						}
+						var grants [2][]Grant
+						var states [2]State
+						for i, s := range stores {
+							grants[i] = make([]Grant, len(reqs))
+							states[i], err = s.Reserve(ctx, target, lim, reqs, grants[i])
+							require.NoError(t, err, "step %d", step)
+							states[i].Live, states[i].Joined = 0, false // each store's own heartbeat
+						}
+						require.Equal(t, grants[0], grants[1], "step %d: grants of %+v", step, reqs)
+						require.Equal(t, states[0], states[1], "step %d: state", step)
+						for i, g := range grants[0] {
+							if g.OK {
+								booked = append(booked, booking{reqs[i].ID, reqs[i].N})
+							}
+						}
+					}
+					// The script relies on the log being in slot order.
+					es := logOf(t, client, rs, target)
+					isInline := readMeta(t, client, rs, target).inline >= 0
+					if isInline {
+						inline++
+					}
+					if isInline != wasInline {
+						moves++
+					}
+					wasInline = isInline
+					require.True(t, slices.IsSortedFunc(es, func(a, b string) int { return strings.Compare(a[:8], b[:8]) }), "step %d: the log is out of slot order", step)
+					longest = max(longest, len(es))
+				}
+				t.Logf("longest log %d entries, %d cancellations, %d restores, %d steps with the log inline, %d moves between meta and the list",
+					longest, cancelled, restored, inline, moves)
+				if inlineMax == "0" {
+					require.Zero(t, inline, "no log is kept inline")
+				}
+				allMoves[inlineMax] += moves
+				require.Greater(t, longest, max(lim.Limit, 64), "the log must grow past the limit (reservations ahead) and past several search chunks")
+			})
+		}
+	}
+	for _, inlineMax := range []string{"", "4"} {
+		require.GreaterOrEqual(t, allMoves[inlineMax], 10, "inline %q: logs must move between meta and the list, both ways, again and again", inlineMax)
 	}
 }

@@ -49,6 +49,10 @@ func BenchmarkScriptInstructions(b *testing.B) {
 		{"hot/allowed", 1, 1, allowedRule},
 		{"100/allowed", 100, 1, allowedRule},
 		{"100/allowed", 100, 8, allowedRule},
+		// A longer window: logs of about five live entries, as over 1,000
+		// targets in BenchmarkRedisDecisions at full speed.
+		{"100/allowed-500ms", 100, 1, "100000/500ms"},
+		{"100/allowed-500ms", 100, 8, "100000/500ms"},
 		{"100/refused", 100, 1, refusedRule},
 		{"100/refused", 100, 8, refusedRule},
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -47,14 +48,15 @@ var errFilled = errors.New("filled")
 
 // BenchmarkRedisMemoryPerTarget fills one target's log with N single-unit
 // admissions (Allow, margin 0, a 1h window) and reports what Redis says the
-// target's keys take (MEMORY USAGE ... SAMPLES 0): log-B, procs-B, B/target
-// (their sum) and B/entry (the log divided by N). ns/op is the MEMORY USAGE
-// call itself, of no interest.
+// target's keys take (MEMORY USAGE ... SAMPLES 0): log-B (the list, absent
+// while the log is inline), meta-B (the pause key, with an inline log),
+// procs-B, B/target (their sum) and B/entry (log and meta divided by N).
+// ns/op is the MEMORY USAGE call itself, of no interest.
 func BenchmarkRedisMemoryPerTarget(b *testing.B) {
 	srv := startRedis(b)
 	c := srv.client(b)
 	ctx := context.Background()
-	for _, n := range []int{100, 10_000} {
+	for _, n := range []int{10, 100, 10_000} {
 		b.Run("N="+strconv.Itoa(n), func(b *testing.B) {
 			prefix := keyPrefix()
 			thr, warn := redisThrottler(b, c, prefix, strconv.Itoa(n)+"/1h")
@@ -62,19 +64,25 @@ func BenchmarkRedisMemoryPerTarget(b *testing.B) {
 			fillOne(b, thr, host, n, 8)
 			warn.check(b)
 			tag := prefix + "{" + host + "}:"
-			if card := c.LLen(ctx, tag+"log").Val(); card != int64(n) {
+			card := c.LLen(ctx, tag+"log").Val()
+			if meta := c.Get(ctx, tag+"pause").Val(); card == 0 && len(meta) >= 48 {
+				card = int64(binary.BigEndian.Uint64([]byte(meta[40:48]))) // inline
+			}
+			if card != int64(n) {
 				b.Fatalf("log holds %d entries, want %d", card, n)
 			}
-			var logB, procsB int64
+			var logB, metaB, procsB int64
 			b.ReportAllocs()
 			for b.Loop() {
-				logB = c.MemoryUsage(ctx, tag+"log", 0).Val()
+				logB = c.MemoryUsage(ctx, tag+"log", 0).Val() // 0: no list
+				metaB = c.MemoryUsage(ctx, tag+"pause", 0).Val()
 				procsB = c.MemoryUsage(ctx, tag+"procs", 0).Val()
 			}
 			b.ReportMetric(float64(logB), "log-B")
+			b.ReportMetric(float64(metaB), "meta-B")
 			b.ReportMetric(float64(procsB), "procs-B")
-			b.ReportMetric(float64(logB+procsB), "B/target")
-			b.ReportMetric(float64(logB)/float64(n), "B/entry")
+			b.ReportMetric(float64(logB+metaB+procsB), "B/target")
+			b.ReportMetric(float64(logB+metaB)/float64(n), "B/entry")
 		})
 	}
 }

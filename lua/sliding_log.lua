@@ -107,9 +107,13 @@
 -- An inline log lives as long as meta, whose TTL is renewed the same way
 -- (to a window and three spares past the last entry, kept in meta) and
 -- never shortened.
--- Processes of a release that set the TTL on every write, or that keeps
--- no inline log, must not share a Redis with this one: they may shorten a
--- TTL that meta tells of, or not see an inline log.
+-- Processes of a release that set the TTL on every write must not share a
+-- Redis with this one: they may shorten a TTL that meta tells of. Nor may
+-- processes of a release that keeps no inline log, unless every process of
+-- this one runs with INLINE_MAX 0 (the store's WithListLogs): they neither
+-- see an inline log nor keep one when they rewrite meta. With INLINE_MAX 0
+-- this script writes no inline log, and meta without one in their 32-byte
+-- form; it reads and keeps the inline logs of processes without it.
 
 local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]
 local op = ARGV[1]
@@ -164,7 +168,10 @@ local TEXT = 9007199254740992 -- 2^53
 -- run's start, with the dozen locals of the run they used, cost a reserve
 -- 8k server instructions, 7% (BENCHMARKS.md). helpers() itself uses no
 -- local of the run: what they need comes as arguments or from the globals.
-local function helpers()
+-- listOnly: INLINE_MAX is 0 (the store's WithListLogs), and meta without
+-- an inline log is written in the 32-byte form of releases before inline
+-- logs, which processes of such a release read.
+local function helpers(listOnly)
   local call, spack, sub, fmt = redis.call, struct.pack, string.sub, string.format
   local h = {}
 
@@ -207,7 +214,12 @@ local function helpers()
       if mexp > e then e = mexp end
       mexp = e
     end
-    local v = spack('>i8i8i8i8i8i8', pause_end, live, cancelled, expires, mexp, n or -1) .. (payload or '')
+    local v
+    if listOnly and (n or -1) < 0 then
+      v = spack('>i8i8i8i8', pause_end, live, cancelled, expires)
+    else
+      v = spack('>i8i8i8i8i8i8', pause_end, live, cancelled, expires, mexp, n or -1) .. (payload or '')
+    end
     if keep then
       call('SET', metakey, v, 'PX', fmt('%d', math.floor((mexp - now) / 1000) + 1))
     else
@@ -293,7 +305,7 @@ end
 
 -- H: the helpers, once the run needs them.
 local H
-if op ~= 'reserve' then H = helpers() end
+if op ~= 'reserve' then H = helpers(INLINE_MAX == 0) end
 
 -- HEAD is how many entries a reserve fetches from the head of a log: a
 -- short log is read whole in one call, and a long one costs a string per
@@ -346,7 +358,7 @@ if op == 'reserve' then
       if #m >= 48 and byte(m) == 0 then
         pause, live, cancelled, expires, mexp, ni = sunpack('>i8i8i8i8i8i8', m)
       else -- as an earlier fleetgate wrote it
-        H = H or helpers()
+        H = H or helpers(INLINE_MAX == 0)
         pause, live, cancelled, expires, mexp, ni = H.parse_meta(m)
       end
     end
@@ -423,7 +435,7 @@ if op == 'reserve' then
     if head == nil then
       head = pcall('LRANGE', log, '0', HEAD_LAST)
       if head.err then -- not a list (so total is nil: its LLEN failed too)
-        H = H or helpers()
+        H = H or helpers(INLINE_MAX == 0)
         H.upgrade(log, head)
         head = call('LRANGE', log, '0', HEAD_LAST)
       end
@@ -432,7 +444,7 @@ if op == 'reserve' then
       if n > 0 then
         local s1 = sunpack('>i8', head[1])
         if s1 > TEXT then
-          H = H or helpers()
+          H = H or helpers(INLINE_MAX == 0)
           H.upgrade(log)
           total = nil
           head = call('LRANGE', log, '0', HEAD_LAST)
@@ -565,7 +577,7 @@ if op == 'reserve' then
     -- instructions, 9% of a decision (BENCHMARKS.md); a busy log is renewed
     -- once per two spares. The spare left after every write lets a process
     -- whose margin is up to that much larger find its entries too.
-    local spare = window / 2 -- as the helpers' spare, in line: H is seldom made
+    local spare = floor(window / 2) -- as the helpers' spare, in line: H is seldom made
     if spare < 500000 then spare = 500000 elseif spare > 30000000 then spare = 30000000 end
     if nn > 0 and (ni >= 0 or len == 0) and len + nn <= INLINE_MAX then
       -- Inline: the live entries' slots, the new ones', the live entries'
@@ -602,7 +614,7 @@ if op == 'reserve' then
       if ni >= 0 then
         -- The inline log outgrows meta: its live entries go to the list
         -- first, and the list gets a TTL of its own.
-        H = H or helpers()
+        H = H or helpers(INLINE_MAX == 0)
         if len > 0 then
           local es, pos = {}, 49 + 8 * ni
           for i = 0, ni - 1 do
@@ -628,7 +640,7 @@ if op == 'reserve' then
       -- tells, so meta, left as it is, tells no more than the truth, and a
       -- target whose log is gone at each call pays no write to meta.
       if size == nn or expires < last + window + spare then
-        H = H or helpers()
+        H = H or helpers(INLINE_MAX == 0)
         renewed = size ~= nn
         expires = H.renew(log, now, last, window, expires)
       end
@@ -670,7 +682,7 @@ if op == 'reserve' then
       end
       if written then written[metakey] = v end
     elseif beat then
-      H = H or helpers()
+      H = H or helpers(INLINE_MAX == 0)
       local inline = ''
       if ni >= 0 then inline = sub(m, 49) end
       local v = H.write_meta(metakey, now, pause, live, cancelled, expires, liveness, mexp, ni, inline)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -622,8 +623,8 @@ type targetMeta struct {
 	entries                                              []string
 }
 
-// readMeta reads the meta key of s's target; a missing key reads as zeros
-// and a log in the list (inline -1).
+// readMeta reads the meta key of s's target; a missing key, or one in the
+// 32-byte form of earlier releases, reads as a log in the list (inline -1).
 func readMeta(t *testing.T, client redis.UniversalClient, s *RedisStore, target string) targetMeta {
 	t.Helper()
 	v, err := client.Get(context.Background(), s.keys(target)[1]).Bytes()
@@ -631,8 +632,11 @@ func readMeta(t *testing.T, client redis.UniversalClient, s *RedisStore, target 
 		return targetMeta{inline: -1}
 	}
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, len(v), 48, "meta %q", v)
 	n := func(i int) int64 { return int64(binary.BigEndian.Uint64(v[8*i:])) }
+	if len(v) == 32 { // the form of releases before inline logs (WithListLogs)
+		return targetMeta{n(0), n(1), n(2), n(3), 0, -1, nil}
+	}
+	require.GreaterOrEqual(t, len(v), 48, "meta %q", v)
 	m := targetMeta{n(0), n(1), n(2), n(3), n(4), n(5), nil}
 	pos := 48 + 8*int(max(m.inline, 0))
 	for i := range m.inline {
@@ -1048,4 +1052,60 @@ func TestAShortLogLivesInMeta(t *testing.T) {
 	reserve()
 	require.Equal(t, int64(1), readMeta(t, client, s, target).inline)
 	require.Equal(t, want, logOf(t, client, s, target))
+}
+
+// TestListLogsShareTargetsWithTheReleaseBefore: a rolling upgrade from the
+// release before short logs moved into meta (its script is in testdata).
+// Its processes and processes with WithListLogs keep one quota, the form
+// of meta that release reads and writes; then processes with and without
+// WithListLogs keep one quota, short logs in meta or not.
+func TestListLogsShareTargetsWithTheReleaseBefore(t *testing.T) {
+	src, err := os.ReadFile("testdata/sliding_log-958864a.lua")
+	require.NoError(t, err)
+	earlier := newScript(string(src))
+	client := redistest.StartServer(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	clock := newFakeClock()
+	store := func(opts ...RedisOption) *RedisStore {
+		s, err := NewRedisStore(client, append([]RedisOption{WithKeyPrefix(prefix)}, opts...)...)
+		require.NoError(t, err)
+		s.now = clock.us.Load
+		return s
+	}
+	old, listed, inline := store(), store(WithListLogs()), store()
+	old.script = &earlier
+	ctx := context.Background()
+	lim := Limit{Limit: 3, Window: time.Minute}
+	reserve := func(s *RedisStore, target string, n int) bool {
+		t.Helper()
+		g := make([]Grant, 1)
+		_, err := s.Reserve(ctx, target, lim, []Request{{ID: nextID(), N: n, MaxWait: 0}}, g)
+		require.NoError(t, err)
+		clock.Advance(time.Millisecond)
+		return g[0].OK
+	}
+
+	// The first step: the earlier release and WithListLogs.
+	require.True(t, reserve(listed, "x.example", 2))
+	meta, err := client.Get(ctx, listed.keys("x.example")[1]).Result()
+	require.NoError(t, err)
+	require.Len(t, meta, 32, "meta in the earlier release's form")
+	require.True(t, reserve(old, "x.example", 1))
+	require.False(t, reserve(listed, "x.example", 1), "the window holds 3")
+	require.False(t, reserve(old, "x.example", 1), "the window holds 3")
+	require.Len(t, logOf(t, client, listed, "x.example"), 3)
+	_, err = listed.Pause(ctx, "x.example", time.Hour)
+	require.NoError(t, err)
+	left, err := old.Pause(ctx, "x.example", 0)
+	require.NoError(t, err)
+	require.Greater(t, left, 59*time.Minute, "the earlier release sees the pause")
+
+	// The second step: WithListLogs and short logs in meta.
+	require.True(t, reserve(inline, "y.example", 2))
+	require.Equal(t, int64(2), readMeta(t, client, inline, "y.example").inline)
+	require.False(t, reserve(listed, "y.example", 2), "2 more would make 4")
+	require.Equal(t, int64(2), readMeta(t, client, inline, "y.example").inline, "a refusal keeps the short log")
+	require.True(t, reserve(listed, "y.example", 1))
+	require.False(t, reserve(inline, "y.example", 1), "the window holds 3")
+	require.Len(t, logOf(t, client, inline, "y.example"), 3, "WithListLogs moved the short log to the list, whole")
 }

@@ -63,8 +63,10 @@ type RedisStore struct {
 	proc      string // this process's id: entry names and heartbeat
 	procArg   any    // proc, boxed once
 	liveness  time.Duration
-	now       func() int64 // tests only: a fixed server time in µs
-	inlineMax string       // tests only: how many entries a log keeps inline ("0": none)
+	now       func() int64   // tests only: a fixed server time in µs
+	inlineMax string         // how many entries a log keeps inline ("0": none, WithListLogs; other values: tests)
+	ops       map[string]any // op names with inlineMax, made by NewRedisStore
+	script    *script        // tests only: another release's script
 
 	targets sync.Map // target name -> *redisTarget
 	count   atomic.Int64
@@ -134,6 +136,21 @@ func WithLiveness(d time.Duration) RedisOption {
 	return func(s *RedisStore) { s.liveness = d }
 }
 
+// WithListLogs keeps every log in a Redis list, and each target's meta in
+// the 32-byte form of releases before short logs moved into it, so that
+// processes of such a release can share the store during a rolling
+// upgrade. Such a process neither sees a short log kept in meta nor keeps
+// one when it rewrites meta: a fleet where it meets processes that keep
+// short logs admits more than the limit. So upgrade in two steps: every
+// process with WithListLogs first, then, once no process of the earlier
+// release is left, every process without it. A process with WithListLogs
+// reads and keeps the short logs of processes without it, so the second
+// step may roll too. Decisions over short logs cost the Redis server more
+// with it (BENCHMARKS.md).
+func WithListLogs() RedisOption {
+	return func(s *RedisStore) { s.inlineMax = "0" }
+}
+
 // NewRedisStore returns a store on client. The client stays the caller's:
 // Close does not close it. The client must be created with
 // ContextTimeoutEnabled set (redis.Options or redis.ClusterOptions), so that
@@ -160,6 +177,12 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 		return nil, fmt.Errorf("throttle: liveness %v must be positive", s.liveness)
 	}
 	s.procArg = s.proc
+	if s.inlineMax != "" {
+		s.ops = make(map[string]any)
+		for _, name := range []string{"reserve", "cancel", "pause", "restore"} {
+			s.ops[name] = s.testOp(name)
+		}
+	}
 	s.calls = groupCommit[*reserveCall]{lanes: storeLanes, max: maxStoreBatch}
 	// A script may touch keys of many slots on a single node, not on a
 	// Cluster (nor a Ring, whose shards split targets too).
@@ -202,14 +225,33 @@ func escapeTag(t string) string {
 	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(t)
 }
 
-// op returns the script's first argument for op: its name, and the time
-// after an '@' when a test fixes it. It is small enough to be inlined, so
+// op returns the script's first argument for op: its name, with the inline
+// maximum after a '/' (WithListLogs, or a test), and the time after an '@'
+// when a test fixes it. It is small enough to be inlined, so
 // that a constant name goes into the arguments without an allocation.
 func (s *RedisStore) op(name string) any {
 	if s.now != nil || s.inlineMax != "" {
-		return s.testOp(name)
+		return s.otherOp(name)
 	}
 	return name
+}
+
+// otherOp returns op's argument with the inline maximum after a '/'
+// (WithListLogs: made once, by NewRedisStore) or a test's fixed time.
+func (s *RedisStore) otherOp(name string) any {
+	if op, ok := s.ops[name]; ok && s.now == nil {
+		return op
+	}
+	return s.testOp(name)
+}
+
+// theScript is the script the store runs: lua/sliding_log.lua, or in a
+// test another release's.
+func (s *RedisStore) theScript() script {
+	if s.script != nil {
+		return *s.script
+	}
+	return slidingLog
 }
 
 func (s *RedisStore) testOp(name string) string {
@@ -393,7 +435,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	for _, c := range calls {
 		c.sent = sent
 	}
-	vals, err := s.eval(ctx, slidingLog, args, want)
+	vals, err := s.eval(ctx, s.theScript(), args, want)
 	if err != nil && len(calls) > 1 && redis.HasErrorPrefix(err, "CROSSSLOT") {
 		// A plain client on a cluster-mode server: each target alone, from
 		// now on.
@@ -587,7 +629,7 @@ func (s *RedisStore) Restore(ctx context.Context, target string, window time.Dur
 // an array of at least want integers.
 func (s *RedisStore) run(ctx context.Context, target string, want int, args []any) ([]int64, error) {
 	keys := s.target(target).keyArgs
-	vals, err := s.eval(ctx, slidingLog, slices.Concat(scriptArgs(len(keys), len(keys)+len(args)), keys, args), want)
+	vals, err := s.eval(ctx, s.theScript(), slices.Concat(scriptArgs(len(keys), len(keys)+len(args)), keys, args), want)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %s %q: %w", args[0], target, err)
 	}

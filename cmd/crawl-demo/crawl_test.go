@@ -21,6 +21,7 @@ import (
 
 	"github.com/fleetgate/fleetgate/internal/fakesite"
 	"github.com/fleetgate/fleetgate/internal/redistest"
+	"github.com/fleetgate/fleetgate/throttle"
 )
 
 func TestCrawlWritesJSONLines(t *testing.T) {
@@ -335,6 +336,29 @@ func TestCrawlOnACluster(t *testing.T) {
 	require.Len(t, decodeLines(t, got.stdout), len(urls))
 	require.NotContains(t, got.stderr, "store failed", "the cluster answered every call")
 	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, 500*time.Millisecond), 5)
+}
+
+// TestCrawlWithListLogs: -redis-list-logs keeps the target's log in a list
+// and its meta in the 32-byte form of releases before short logs moved
+// into meta, and the limit holds.
+func TestCrawlWithListLogs(t *testing.T) {
+	rdb := redistest.StartServer(t)
+	site := fakesite.New(fakesite.Config{})
+	srv := httptest.NewServer(site)
+	defer srv.Close()
+	file, urls := urlFile(t, srv.URL, "l", 8)
+	got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=5/500ms", "-margin", "50ms", "-redis", rdb.URL(), "-redis-list-logs")
+	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+	require.Len(t, decodeLines(t, got.stdout), len(urls))
+	require.LessOrEqual(t, fakesite.Peak(site.Stats().Arrivals, 500*time.Millisecond), 5)
+	ctx := context.Background()
+	c := rdb.Client(t)
+	n, err := c.LLen(ctx, throttle.DefaultKeyPrefix+"{127.0.0.1}:log").Result()
+	require.NoError(t, err)
+	require.Positive(t, n, "the log is a list")
+	meta, err := c.Get(ctx, throttle.DefaultKeyPrefix+"{127.0.0.1}:pause").Result()
+	require.NoError(t, err)
+	require.Len(t, meta, 32, "meta as releases before short logs in meta wrote it")
 }
 
 // TestCrawlThroughSentinel: a -redis URL with master_name finds the master

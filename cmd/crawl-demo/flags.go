@@ -19,6 +19,7 @@ type config struct {
 	urls     string        // -urls: file of URLs, "-" for stdin; "" runs the demo
 	out      string        // -out: JSON Lines file, "" or "-" for stdout
 	redisURL string        // -redis as given; never print it (it may hold a password)
+	listLogs bool          // -redis-list-logs: throttle.WithListLogs
 	redis    *redisConfig  // -redis parsed; nil for the embedded store
 	rules    ruleSpecs     // -rule, in order
 	def      ruleValue     // -default
@@ -110,6 +111,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&cfg.out, "out", "", "write the JSON Lines results to `FILE` (default stdout)")
 	// A plain string: the flag package would quote a bad value, password and all.
 	fs.StringVar(&cfg.redisURL, "redis", "", "share the quota through Redis at `URL`: redis://[USER:PASSWORD@]HOST:PORT[/DB] or rediss://…; several addr=HOST:PORT query parameters make it a Cluster; master_name=NAME makes HOST:PORT and the addrs Sentinels, the master's password then in password=… (default: a store inside this process)")
+	fs.BoolVar(&cfg.listLogs, "redis-list-logs", false, "keep every log in a Redis list, as releases before short logs moved into meta did, while processes of such a release share -redis (a rolling upgrade: see the README)")
 	fs.Var(&cfg.rules, "rule", "limit for the targets matching PATTERN (a host, an IP or *.domain): `PATTERN=N/DURATION[,gap=DURATION]`, e.g. example.com=10/1s or *.example.org=100/1m,gap=200ms (repeatable)")
 	fs.Var(&cfg.def, "default", "limit for the targets no -rule matches: `N/DURATION[,gap=DURATION]`")
 	fs.IntVar(&cfg.workers, "workers", defaultWorkers, "concurrent fetches, at least 1 (the demo: per group, and 4 unless set)")
@@ -188,6 +190,9 @@ func (c *config) validate(fs *flag.FlagSet) error {
 		}
 	}
 
+	if set["redis-list-logs"] && !set["redis"] {
+		return usagef("-redis-list-logs applies only with -redis")
+	}
 	if c.redisURL != "" || set["redis"] {
 		rc, err := parseRedisURL(c.redisURL)
 		if err != nil {

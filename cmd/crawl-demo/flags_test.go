@@ -52,6 +52,7 @@ func TestBadCommandLines(t *testing.T) {
 		{"stray argument", crawl("http://example.com/"), []string{`"http://example.com/"`}},
 		{"demo flag with -urls", crawl("-pages", "5"), []string{"-pages"}},
 		{"-out in the demo", []string{"-out", "x.jsonl"}, []string{"-out"}},
+		{"list logs without a Redis", crawl("-redis-list-logs"), []string{"-redis-list-logs applies only with -redis"}},
 		{"zero pages", []string{"-pages", "0"}, []string{"-pages 0"}},
 		{"bad target", []string{"-target", "localhost:8080"}, []string{`"localhost:8080"`}},
 		{"serve with target", []string{"-serve", "127.0.0.1:0", "-target", "http://127.0.0.1:1/"}, []string{"-target"}},
@@ -193,8 +194,8 @@ func TestRulesFromFlags(t *testing.T) {
 func TestHelp(t *testing.T) {
 	got := runCmd(context.Background(), t, "", "-h")
 	require.Equal(t, 0, got.code)
-	for _, flag := range []string{"-urls", "-out", "-redis", "-rule", "-default", "-workers", "-retries", "-margin", "-key", "-on-store-error", "-timeout", "-store-timeout", "-v", "-chart", "-pages", "-target", "-serve"} {
-		require.Regexp(t, "\n  "+flag+"[ \t]", got.stderr, "help for %s", flag)
+	for _, flag := range []string{"-urls", "-out", "-redis", "-redis-list-logs", "-rule", "-default", "-workers", "-retries", "-margin", "-key", "-on-store-error", "-timeout", "-store-timeout", "-v", "-chart", "-pages", "-target", "-serve"} {
+		require.Regexp(t, "\n  "+flag+"[ \t\n]", got.stderr, "help for %s", flag)
 	}
 	require.True(t, strings.HasPrefix(got.stderr, "Usage:"))
 }

@@ -190,7 +190,11 @@ func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient,
 		throttle.WithLogger(log),
 	}
 	if rdb != nil {
-		store, err := throttle.NewRedisStore(rdb)
+		var ropts []throttle.RedisOption
+		if cfg.listLogs {
+			ropts = append(ropts, throttle.WithListLogs())
+		}
+		store, err := throttle.NewRedisStore(rdb, ropts...)
 		if err != nil {
 			return nil, err
 		}

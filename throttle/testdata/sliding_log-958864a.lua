@@ -1,0 +1,694 @@
+-- fleetgate sliding-window log.
+--
+-- One atomic script keeps, per target, a log of admission slots, a
+-- fleet-wide pause, a heartbeat set of live processes and their count.
+-- Every key arrives through KEYS and shares one {hash tag}, so a target
+-- lives in one Redis Cluster slot. Times are integer microseconds of the
+-- Redis server's clock (TIME), so every worker shares one timeline whatever
+-- its own clock.
+--
+-- Numbers the script keeps, and a reserve's numeric arguments, are 8-byte
+-- big-endian signed integers (struct "i8"): Lua turns a decimal string
+-- into a number with strtod, 1,600-2,000 server instructions each, against
+-- about 800 for struct.unpack.
+--
+-- KEYS: three per target, in this order:
+--   log    list, in slot order (every new slot is at or after the last):
+--          one element per admitted unit, its slot (8 bytes) then its
+--          member (unique: no two units collapse into one); a log an
+--          earlier fleetgate left as a sorted set (member, score = slot) or
+--          as a list of decimal slots is rewritten when first read
+--   pause  the target's meta, four numbers (32 bytes): the end of the
+--          fleet-wide pause (us, 0 for none), the live processes counted at
+--          the latest mark, the latest slot a cancel removed, and when the
+--          log's TTL, as the latest writer to renew it set it, ends (us, 0
+--          for unknown); an earlier fleetgate wrote the first three alone,
+--          or as "<pause>[:<live>[:<cancelled>]]", which is still read
+--   procs  sorted set: member = process id, score = last seen (us)
+-- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
+-- one or more (on a single node, where keys of many slots may meet).
+--
+-- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore". The script reads
+--         the server clock; tests may fix it, in us, after an '@' (say
+--         "reserve@1700000000000000"). It is not an argument of its own:
+--         each argument costs the server some 1,500 instructions.
+--
+-- reserve: ARGV[2] process id, then for each target, in KEYS order, a block
+--          of 1 + k arguments: first the numbers, 7 + 2k of them in one
+--          string:
+--            limit, window us, gap us,
+--            heartbeat: the liveness us; positive: mark this process live,
+--              drop processes not seen for that long, renew the TTL and
+--              store their count in meta; negative: read the count from
+--              meta, unless the log was lost (then mark at once),
+--            the latest slot (us) this process has seen in the log, 0 if
+--              none,
+--            full: 1 when this process's latest decision found the window
+--              full (the log is then read from its tail first), 2 when
+--              besides none of the block's requests waits (max wait 0:
+--              the tail is read without the log's length), else 0,
+--            count k, then k pairs: units n, max wait us (-1: none);
+--          then the k requests' members.
+--   Entries at or before now - window no longer count (they are cut off
+--   in batches). If no entry counts although that slot is still inside
+--   the window and no cancel removed it, Redis has lost the log (a
+--   restart, a failover): the target is paused until a window after that
+--   slot, as if the lost log had been full.
+--   Each request in turn gets the earliest slot s >= now such that every
+--   interval of length window holds at most limit units once its n units are
+--   written at s: s is after the pause, after every earlier entry (FIFO), at
+--   least gap after the latest entry, and at least window after the
+--   (limit-n+1)-th most recent entry. A request whose slot is further away
+--   than its max wait is refused and writes nothing.
+--   Reply: {now, then per target: remaining, reset us (until the log is
+--           empty), live processes (negative when this call's mark added
+--           the process to them: it joined, or came back after it dropped
+--           out), pause us, then per request: the delay us to its slot
+--           when granted, or -1 - that delay when refused}.
+-- cancel:  ARGV[2] how long (us) meta keeps the cancelled slot, then the
+--          members to remove. The latest slot removed goes to meta, so that
+--          a process that saw it last does not take the log for lost.
+--          Reply: {now, removed, the last entry's slot (perhaps one that no
+--          longer counts) or 0 when the log is now empty}.
+-- pause:   ARGV[2] duration us (0 reads the pause), ARGV[3] liveness us
+--          (how long meta keeps the count). The pause only grows.
+--          Reply: {now, pause us remaining}.
+-- restore: ARGV[2] window us, then pairs: member, age us (the entry's slot is
+--          now - age, negative ages are future slots). A member already in
+--          the log keeps one entry, at the later of its two slots.
+--          Reply: {now, entries written}.
+--
+-- Every reserve or restore that writes makes sure the log's TTL lasts a
+-- window and a spare past its last entry (the spare: half the window, at
+-- least 0.5 s, at most 30 s), so the log lives as long as its writer's
+-- window needs (a cancel or a cut keeps the TTL). A renewal sets the TTL
+-- to a window and three spares past the last entry. A reserve renews the
+-- TTL only when the expiry kept in meta falls short of a window and a
+-- spare, or when its write made the list anew; a restore always renews.
+-- Processes whose margins differ pass different windows for one target:
+-- the spare covers a margin up to that much larger than the writer's.
+-- Past that, the TTL may drop an entry that a process with the larger
+-- margin still counts, and that process takes the log for lost and pauses
+-- the target as if full.
+-- Processes of a release that set the TTL on every write must not share a
+-- Redis with this one: they may shorten a TTL that meta tells of.
+
+local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]
+local op = ARGV[1]
+
+-- Numbers go to Redis commands as strings made with %d: Redis formats a Lua
+-- number as a double, which costs more (13% more for a PEXPIRE).
+local fmt, sub, byte, floor = string.format, string.sub, string.byte, math.floor
+local spack, sunpack = struct.pack, struct.unpack
+local call, pcall = redis.call, redis.pcall
+
+local now
+if (string.byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a time
+  local t = call('TIME')
+  now = t[1] * 1000000 + t[2]
+else
+  local at = string.find(op, '@', 1, true)
+  if at then now = tonumber(sub(op, at + 1)) end
+  if not now then return redis.error_reply('fleetgate: bad op ' .. op) end
+  op = sub(op, 1, at - 1)
+end
+
+local MEMBER = 9 -- where an entry's member starts: sub(e, MEMBER); its slot is sunpack('>i8', e)
+-- TEXT: a slot read past this is the first 8 digits of a decimal slot, as
+-- an earlier fleetgate wrote them.
+local TEXT = 9007199254740992 -- 2^53
+
+-- A script cannot keep functions between runs: each run makes its
+-- functions anew, and a call through one costs more than the same code in
+-- line. So the reserve path is written out in line (7-13% fewer server
+-- instructions per decision than through nine helpers), and the helpers
+-- that several ops need are made by helpers() only when a run needs them: a
+-- reserve, in the usual case, never does. Making four of them at every
+-- run's start, with the dozen locals of the run they used, cost a reserve
+-- 8k server instructions, 7% (BENCHMARKS.md). helpers() itself uses no
+-- local of the run: what they need comes as arguments or from the globals.
+local function helpers()
+  local call, spack, sub, fmt = redis.call, struct.pack, string.sub, string.format
+  local h = {}
+
+  -- parse_meta reads a meta value (false when there is none): the pause
+  -- end, the live count, the latest slot a cancel removed and the log's
+  -- expiry. Fields an earlier fleetgate did not write read as 0.
+  function h.parse_meta(v)
+    if not v then return 0, 0, 0, 0 end
+    if string.byte(v) == 0 then
+      if #v == 32 then return struct.unpack('>i8i8i8i8', v) end
+      if #v == 24 then
+        local p, l, c = struct.unpack('>i8i8i8', v)
+        return p, l, c, 0
+      end
+    end
+    local p, l, c = string.match(v, '^(%d+):?(%d*):?(%d*)$')
+    return tonumber(p) or 0, tonumber(l) or 0, tonumber(c) or 0, 0
+  end
+
+  -- write_meta stores at metakey, at time now, the pause end, the live
+  -- count, the latest cancelled slot and the log's expiry, kept until the
+  -- pause ends or for keep us, whichever is later; keep false: with the
+  -- TTL the key has (it must have one).
+  function h.write_meta(metakey, now, pause_end, live, cancelled, expires, keep)
+    local v = spack('>i8i8i8i8', pause_end, live, cancelled, expires)
+    if keep then
+      if pause_end - now > keep then keep = pause_end - now end
+      call('SET', metakey, v, 'PX', fmt('%d', math.floor(keep / 1000) + 1))
+    else
+      call('SET', metakey, v, 'KEEPTTL')
+    end
+    return v
+  end
+
+  -- spare is how long a log outlives its last slot's window at least:
+  -- half the window, at least 0.5 s and at most 30 s.
+  local function spare(window)
+    if window < 1000000 then return 500000 elseif window > 60000000 then return 30000000 end
+    return math.floor(window / 2)
+  end
+
+  -- renew sets the TTL of the log, whose last slot is last, to a window
+  -- and three spares past it, or to end at atleast (us) if that is later,
+  -- and returns when it ends (us).
+  function h.renew(log, now, last, window, atleast)
+    local expires = last + window + 3 * spare(window)
+    if atleast > expires then expires = atleast end
+    call('PEXPIRE', log, fmt('%d', math.floor((expires - now) / 1000) + 1))
+    return expires
+  end
+
+  -- push appends entries[1..count] (count: all of them when nil) to the
+  -- log, in chunks: unpack has a stack limit.
+  local function push(log, entries, count)
+    count = count or #entries
+    for i = 1, count, 1000 do
+      call('RPUSH', log, unpack(entries, i, math.min(i + 999, count)))
+    end
+  end
+  h.push = push
+
+  -- upgrade rewrites, keeping its TTL, a log an earlier fleetgate left: a
+  -- sorted set (member, score = slot) when err is the error of the list
+  -- command that failed on it (raised again if the log is not a sorted
+  -- set), else a list of decimal slots (16 digits, then the member).
+  function h.upgrade(log, err)
+    local es = {}
+    if err then
+      if call('TYPE', log).ok ~= 'zset' then error(err) end
+      local z = call('ZRANGE', log, '0', '-1', 'WITHSCORES')
+      for i = 1, #z, 2 do es[#es + 1] = spack('>i8c0', tonumber(z[i + 1]), z[i]) end
+    else
+      for i, e in ipairs(call('LRANGE', log, '0', '-1')) do
+        es[i] = spack('>i8c0', tonumber(sub(e, 1, 16)), sub(e, 17))
+      end
+    end
+    local ttl = call('PTTL', log)
+    call('DEL', log)
+    push(log, es)
+    if ttl >= 0 then call('PEXPIRE', log, fmt('%d', math.max(ttl, 1))) end -- 0: its last millisecond
+  end
+
+  return h
+end
+
+-- H: the helpers, once the run needs them.
+local H
+if op ~= 'reserve' then H = helpers() end
+
+-- HEAD is how many entries a reserve fetches from the head of a log: a
+-- short log is read whole in one call, and a long one costs a string per
+-- entry fetched (a hot target's reserve: 8 cost 4% more server
+-- instructions than 4, 16 cost 12% more).
+local HEAD, HEAD_LAST = 4, '3'
+-- FULL_SLACK: how many entries past the limit a log may hold for a reserve
+-- to read it from its tail (dead ones build up there uncut).
+local FULL_SLACK = 32
+
+if op == 'reserve' then
+  local proc = ARGV[2]
+  local nargv = #ARGV
+  -- The reply, sized for one block of one request.
+  local reply, nr = {now, 0, 0, 0, 0, 0}, 1
+  -- Every target's meta in one read.
+  local metas, meta1
+  if #KEYS == 3 then
+    meta1 = call('GET', metakey)
+  else
+    local mkeys = {}
+    for b = 2, #KEYS, 3 do mkeys[#mkeys + 1] = KEYS[b] end
+    metas = call('MGET', unpack(mkeys))
+  end
+  local written -- meta values this run wrote, by key: a target may come twice
+  -- A block's new entries, new[1..nn], written at its end; until then the
+  -- (limit-n+1)-th most recent entry may be one of them. Every block
+  -- reuses the table.
+  local new = {false} -- made with room for one: it then grows without a rehash
+  local a = 3 -- the next block's first argument
+  for b = 1, #KEYS, 3 do
+    log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
+    local nums = ARGV[a]
+    if not nums or #nums < 56 then return redis.error_reply('fleetgate: bad reserve arguments') end
+    local limit, window, gap, liveness, seen, full, k = sunpack('>i8i8i8i8i8i8i8', nums)
+    if limit < 1 or window < 1 or liveness == 0 or k < 0 or #nums ~= 56 + 16 * k or nargv < a + k then
+      return redis.error_reply('fleetgate: bad reserve arguments')
+    end
+    a = a + 1
+
+    local m = written and written[metakey]
+    if not m then
+      if metas then m = metas[(b + 2) / 3] else m = meta1 end
+    end
+    local pause, live, cancelled, expires = 0, 0, 0, 0
+    if m then
+      if #m == 32 and byte(m) == 0 then
+        pause, live, cancelled, expires = sunpack('>i8i8i8i8', m)
+      else -- as an earlier fleetgate wrote it
+        H = H or helpers()
+        pause, live, cancelled, expires = H.parse_meta(m)
+      end
+    end
+    if pause <= now then pause = 0 end
+
+    -- Read the log: its live length len (on the tail paths below, the
+    -- list's whole length, or limit when that is not read: the dead before
+    -- the limit-th entry are counted, or live ones after it are not, which
+    -- changes nothing once limit entries are live), its last slot
+    -- (nil when empty), the first entries fetched (live entry i, 0 the
+    -- first, is head[off + i + 1] while that is in head) and the list
+    -- index of the first live entry. The dead entries (at or before
+    -- cutoff) are cut off in batches of HEAD/2 or more: a cut moves the
+    -- rest of a list node, so cutting one entry per call costs more than
+    -- skipping a few.
+    local cutoff = now - window
+    local len, last, off, first = 0, nil, 0, 0
+    local cached, cachedSlot -- the last entry read by LINDEX: its live index, its slot
+    local fromEnd = false -- len is a bound, not the length: LINDEX counts from the end
+    local head, nhead, total = nil, 0, nil -- the entries fetched (false: none to fetch) and how many; the list's length, when read first
+    -- A full window (refusals, waiters) is decided from the log's tail:
+    -- its limit-th entry from the end and its last entry. When that entry
+    -- is live, the window holds at least limit live entries: every
+    -- request's bound is at or after it, and remaining is 0 whatever the
+    -- dead entries before it, which are left for a later cut. The caller
+    -- asks for it when its latest decision found the window full: tried on
+    -- every small limit, it cost a log of one to three entries, read whole
+    -- after its length, 4k more.
+    --   full 1: the length is read first, and the head read below takes
+    --   over once FULL_SLACK dead entries may have built up. Three reads of
+    --   one value, where the head read fetches four entries and then the
+    --   same length and last: 7k fewer server instructions per refusal
+    --   (BENCHMARKS.md).
+    --   full 2: no request of the block waits, so a full window refuses
+    --   them all and writes nothing, no dead entries build up and the
+    --   length is not read (LINDEX -limit: none when the list is shorter).
+    --   len is then limit, as many entries as are known to be live, and
+    --   bounds are looked up from the end (BENCHMARKS.md).
+    local tailEntry -- the limit-th entry from the end, when a tail path read it
+    if full == 2 then
+      tailEntry = pcall('LINDEX', log, fmt('%d', -limit))
+      if type(tailEntry) ~= 'string' then tailEntry = nil end -- false (too short, or no log) or an error (not a list)
+    elseif full ~= 0 then
+      total = pcall('LLEN', log)
+      if type(total) ~= 'number' then
+        total = nil -- not a list: the head read upgrades it
+      elseif total == 0 then
+        head = false -- no log: nothing to read
+      elseif total >= limit and total < limit + FULL_SLACK then
+        tailEntry = call('LINDEX', log, fmt('%d', total - limit))
+      end
+    end
+    if tailEntry then
+      local e = sunpack('>i8', tailEntry)
+      if e > cutoff and e <= TEXT then
+        if total then
+          len, cached = total, total - limit
+        else
+          len, cached, fromEnd = limit, 0, true
+        end
+        head, cachedSlot = false, e
+        if limit == 1 then last = e else last = sunpack('>i8', call('LINDEX', log, '-1')) end
+      end
+    end
+    if head == nil then
+      head = pcall('LRANGE', log, '0', HEAD_LAST)
+      if head.err then -- not a list (so total is nil: its LLEN failed too)
+        H = H or helpers()
+        H.upgrade(log, head)
+        head = call('LRANGE', log, '0', HEAD_LAST)
+      end
+      local n = #head
+      nhead = n
+      if n > 0 then
+        local s1 = sunpack('>i8', head[1])
+        if s1 > TEXT then
+          H = H or helpers()
+          H.upgrade(log)
+          total = nil
+          head = call('LRANGE', log, '0', HEAD_LAST)
+          s1 = sunpack('>i8', head[1])
+        end
+        if n < HEAD then
+          len, last = n, sunpack('>i8', head[n])
+        else
+          len, last = total or call('LLEN', log), sunpack('>i8', call('LINDEX', log, '-1'))
+        end
+        if last <= cutoff then
+          call('DEL', log)
+          len, last, nhead = 0, nil, 0
+        elseif s1 <= cutoff then
+          -- Entry lo is dropped, hi kept.
+          local lo, hi = 0, len - 1
+          if n == len or sunpack('>i8', head[n]) > cutoff then
+            hi = n - 1
+            while hi - lo > 1 do
+              local mid = floor((lo + hi) / 2)
+              if sunpack('>i8', head[mid + 1]) > cutoff then hi = mid else lo = mid end
+            end
+          else
+            -- Every fetched entry is dropped: gallop past them, then bisect.
+            lo = n - 1
+            local step = n
+            while lo + step < hi do
+              if sunpack('>i8', call('LINDEX', log, fmt('%d', lo + step))) > cutoff then
+                hi = lo + step
+                break
+              end
+              lo = lo + step
+              step = step * 2
+            end
+            while hi - lo > 1 do
+              local mid = floor((lo + hi) / 2)
+              if sunpack('>i8', call('LINDEX', log, fmt('%d', mid))) > cutoff then hi = mid else lo = mid end
+            end
+          end
+          len, off = len - hi, hi
+          if hi < HEAD / 2 then
+            first = hi
+          else
+            call('LTRIM', log, fmt('%d', hi), '-1')
+          end
+        end
+      end
+    end
+
+    local lost = false
+    -- The entry this process saw last is gone, and no cancel took it.
+    if len == 0 and seen > cutoff and seen > cancelled and seen + window > pause then
+      lost = true
+      pause = seen + window -- the log was lost: count it as full
+    end
+    -- The block's fixed values, filled in once its requests are decided.
+    local base = nr
+    nr = nr + 4
+    local nn = 0
+    for i = 1, k do
+      local member = ARGV[a]
+      local n, maxwait = sunpack('>i8i8', nums, 41 + 16 * i)
+      a = a + 1
+      local slot = now
+      if pause > slot then slot = pause end
+      if last then
+        if last > slot then slot = last end
+        if gap > 0 and last + gap > slot then slot = last + gap end
+      end
+      local granted = false
+      if n >= 1 and n <= limit then
+        local r = limit - n + 1 -- the (limit-n+1)-th most recent entry bounds the slot
+        if len + nn >= r then
+          local e
+          if r <= nn then
+            e = sunpack('>i8', new[nn - r + 1])
+          else
+            local back = r - nn -- from the log's end, 1 = its last
+            local idx = len - back  -- from its head, 0 = its first
+            if off + idx < nhead then
+              e = sunpack('>i8', head[off + idx + 1])
+            else
+              if idx ~= cached then
+                -- LINDEX walks from the nearer end.
+                local at = -back
+                if first + idx < back and not fromEnd then at = first + idx end
+                cachedSlot = sunpack('>i8', call('LINDEX', log, fmt('%d', at)))
+                cached = idx
+              end
+              e = cachedSlot
+            end
+          end
+          if e + window > slot then slot = e + window end
+        end
+        if maxwait < 0 or slot - now <= maxwait then
+          granted = true
+          if n == 1 then
+            nn = nn + 1
+            new[nn] = spack('>i8c0', slot, member)
+          else
+            local prefix = spack('>i8c0', slot, member) .. '.'
+            for j = 1, n do
+              nn = nn + 1
+              new[nn] = prefix .. j
+            end
+          end
+          last = slot
+        end
+      else
+        slot = now + window -- an impossible request: never granted
+      end
+      nr = nr + 1
+      if granted then
+        reply[nr] = slot - now
+      else
+        reply[nr] = -1 - (slot - now)
+      end
+    end
+    local renewed = false
+    if nn > 0 then
+      local size
+      if nn == 1 then
+        size = call('RPUSH', log, new[1])
+      else
+        for i = 1, nn, 1000 do -- in chunks: unpack has a stack limit
+          size = call('RPUSH', log, unpack(new, i, math.min(i + 999, nn)))
+        end
+      end
+      -- The log must outlive its last slot by a window and a spare. Its
+      -- TTL is renewed (to three spares past the window, and its end kept
+      -- in meta) only when the end meta tells of falls short of that, or
+      -- when this push made the list: a list made anew has no TTL, and
+      -- meta may tell of a list that is gone. A PEXPIRE on every write
+      -- cost 10k server instructions, 9% of a decision (BENCHMARKS.md);
+      -- a busy log is renewed once per two spares. The spare left after
+      -- every write lets a process whose margin is up to that much larger
+      -- find its entries too. A list made anew gets a TTL that lasts at
+      -- least as long as meta tells, so meta, left as it is, tells no more
+      -- than the truth, and a target whose log is gone at each call pays
+      -- no write to meta.
+      local spare = window / 2 -- as the helpers' spare, in line: H is seldom made
+      if spare < 500000 then spare = 500000 elseif spare > 30000000 then spare = 30000000 end
+      if size == nn or expires < last + window + spare then
+        H = H or helpers()
+        renewed = size ~= nn
+        expires = H.renew(log, now, last, window, expires)
+      end
+    end
+
+    -- The heartbeat: a process marks itself live every quarter of the
+    -- liveness per target, and at once when the log was lost; the count
+    -- goes to meta, where the calls in between read it.
+    if liveness > 0 or lost then
+      if liveness < 0 then liveness = -liveness end
+      -- Mark this process live, drop the processes not seen for
+      -- liveness and count the rest.
+      local added = call('ZADD', procs, fmt('%d', now), proc)
+      call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
+      call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
+      live = call('ZCARD', procs)
+      written = written or {}
+      H = H or helpers()
+      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, expires, liveness)
+      -- Not counted until now: the other processes' counts may lack it.
+      if added == 1 then live = -live end
+    elseif renewed then
+      -- Keep meta's TTL; a meta made here lasts as long as the log.
+      local keep = false
+      if not m then keep = expires - now end
+      written = written or {}
+      written[metakey] = H.write_meta(metakey, now, pause, live, cancelled, expires, keep)
+    end
+
+    local remaining = limit - len - nn
+    if remaining < 0 or pause > 0 then remaining = 0 end
+    local reset = 0
+    if last then reset = last + window - now end
+    local paused = 0
+    if pause > 0 then paused = pause - now end
+    reply[base + 1], reply[base + 2], reply[base + 3], reply[base + 4] = remaining, reset, live, paused
+  end
+  if nr < 6 then reply[6] = nil end -- sized for one request, and there was none
+  return reply
+elseif op == 'cancel' then
+  local keep = tonumber(ARGV[2])
+  if not keep or keep < 0 then return redis.error_reply('fleetgate: bad cancel arguments') end
+  -- A cancelled reservation is most likely among the latest entries: search
+  -- from the end, in growing chunks, until every member is found.
+  local want, left = {}, 0
+  for i = 3, #ARGV do
+    if not want[ARGV[i]] then
+      want[ARGV[i]] = true
+      left = left + 1
+    end
+  end
+  local to = pcall('LLEN', log) -- search [from, to)
+  if type(to) == 'table' then
+    H.upgrade(log, to)
+    to = call('LLEN', log)
+  end
+  local from, chunk = to, 8
+  local chunks, gone, removed, latest = {}, {}, 0, 0
+  while left > 0 and to > 0 do
+    from = math.max(0, to - chunk)
+    local es = call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+    if #chunks == 0 and sunpack('>i8', es[#es]) > TEXT then
+      -- The log's last slot is decimal text, so the whole log is.
+      H.upgrade(log)
+      es = call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+    end
+    chunks[#chunks + 1] = es
+    for i = #es, 1, -1 do
+      local m = sub(es[i], MEMBER)
+      if want[m] then
+        want[m] = nil
+        left = left - 1
+        gone[es[i]] = true
+        removed = removed + 1
+        local slot = sunpack('>i8', es[i])
+        if slot > latest then latest = slot end
+      end
+    end
+    to, chunk = from, chunk * 2
+  end
+  if removed > 0 then
+    -- Write the part searched anew without them (an LREM per unit would
+    -- search it again for each), keeping the log's TTL.
+    local rest = {}
+    for c = #chunks, 1, -1 do
+      for _, e in ipairs(chunks[c]) do
+        if not gone[e] then rest[#rest + 1] = e end
+      end
+    end
+    if from == 0 then
+      local ttl = call('PTTL', log)
+      call('DEL', log)
+      H.push(log, rest)
+      if #rest > 0 and ttl >= 0 then call('PEXPIRE', log, fmt('%d', math.max(ttl, 1))) end -- 0: its last millisecond
+    else
+      call('LTRIM', log, '0', fmt('%d', from - 1))
+      H.push(log, rest)
+    end
+  end
+  local last = 0
+  local e = call('LINDEX', log, '-1')
+  if e and sunpack('>i8', e) > TEXT then -- decimal text, and no member searched
+    H.upgrade(log)
+    e = call('LINDEX', log, '-1')
+  end
+  if e then last = sunpack('>i8', e) end
+  if latest > last then
+    -- Other processes may have seen a removed entry as the log's last: a
+    -- cancel took it, the log was not lost.
+    local pause, live, cancelled, expires = H.parse_meta(call('GET', metakey))
+    if latest > cancelled then H.write_meta(metakey, now, pause, live, latest, expires, keep) end
+  end
+  return {now, removed, last}
+
+elseif op == 'pause' then
+  local d = tonumber(ARGV[2])
+  local keep = tonumber(ARGV[3])
+  if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
+  local cur, live, cancelled, expires = H.parse_meta(call('GET', metakey))
+  if d > 0 and now + d > cur then
+    cur = now + d
+    H.write_meta(metakey, now, cur, live, cancelled, expires, keep)
+  end
+  local left = 0
+  if cur > now then left = cur - now end
+  return {now, left}
+
+elseif op == 'restore' then
+  local window = tonumber(ARGV[2])
+  if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
+  -- The log's live entries; the dead ones before them are cut first, so
+  -- that a member whose entry is dead gets one entry, not two. An old log
+  -- is upgraded as reserve's read does it (written twice: a shared helper
+  -- cost every reserve 1.5-2.5% more server instructions).
+  local all = pcall('LRANGE', log, '0', '-1')
+  if all.err then
+    H.upgrade(log, all)
+    all = call('LRANGE', log, '0', '-1')
+  elseif #all > 0 and sunpack('>i8', all[1]) > TEXT then
+    H.upgrade(log)
+    all = call('LRANGE', log, '0', '-1')
+  end
+  local old, last = {}, nil
+  local have = {} -- member -> its slot in the log
+  for _, e in ipairs(all) do
+    local slot = sunpack('>i8', e)
+    if slot > now - window then
+      old[#old + 1], last = e, slot
+      have[sub(e, MEMBER)] = slot
+    end
+  end
+  if #old == 0 and #all > 0 then
+    call('DEL', log)
+  elseif #old < #all then -- the log is in slot order: the dead lead it
+    call('LTRIM', log, fmt('%d', #all - #old), '-1')
+  end
+  local want, moved = {}, {} -- member -> its new slot; members whose entry moves later
+  for i = 3, #ARGV - 1, 2 do
+    local age = tonumber(ARGV[i + 1])
+    local m = ARGV[i]
+    if age and now - age > now - window and (want[m] or have[m] or now - age - 1) < now - age then
+      want[m] = now - age
+      if have[m] then moved[m] = true end
+    end
+  end
+  local add = {}
+  for m, slot in pairs(want) do add[#add + 1] = {slot, m} end
+  if #add == 0 then return {now, 0} end
+  table.sort(add, function(x, y) return x[1] < y[1] end)
+  local merged = {}
+  if next(moved) == nil and (last == nil or add[1][1] >= last) then
+    -- All after the log's end: append.
+    for _, x in ipairs(add) do merged[#merged + 1] = spack('>i8c0', x[1], x[2]) end
+    H.push(log, merged)
+  else
+    -- Merge in slot order and write the log anew.
+    local i, j = 1, 1
+    while i <= #old or j <= #add do
+      if i <= #old and moved[sub(old[i], MEMBER)] then
+        i = i + 1 -- its entry moves later
+      elseif j > #add or (i <= #old and sunpack('>i8', old[i]) <= add[j][1]) then
+        merged[#merged + 1] = old[i]
+        i = i + 1
+      else
+        merged[#merged + 1] = spack('>i8c0', add[j][1], add[j][2])
+        j = j + 1
+      end
+    end
+    call('DEL', log)
+    H.push(log, merged)
+  end
+  local tail = add[#add][1]
+  if last and last > tail then tail = last end
+  -- The TTL is renewed as a reserve renews it (the log may be new), and
+  -- meta keeps its end.
+  local m = call('GET', metakey)
+  local pause, live, cancelled, expires = H.parse_meta(m)
+  expires = H.renew(log, now, tail, window, expires)
+  local keep = false
+  if not m then keep = expires - now end
+  H.write_meta(metakey, now, pause, live, cancelled, expires, keep)
+  return {now, #add}
+end
+
+return redis.error_reply('fleetgate: unknown op ' .. tostring(op))

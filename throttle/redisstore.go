@@ -180,7 +180,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 	if s.inlineMax != "" {
 		s.ops = make(map[string]any)
 		for _, name := range []string{"reserve", "cancel", "pause", "restore"} {
-			s.ops[name] = s.testOp(name)
+			s.ops[name] = s.fullOp(name)
 		}
 	}
 	s.calls = groupCommit[*reserveCall]{lanes: storeLanes, max: maxStoreBatch}
@@ -242,7 +242,7 @@ func (s *RedisStore) otherOp(name string) any {
 	if op, ok := s.ops[name]; ok && s.now == nil {
 		return op
 	}
-	return s.testOp(name)
+	return s.fullOp(name)
 }
 
 // theScript is the script the store runs: lua/sliding_log.lua, or in a
@@ -254,7 +254,9 @@ func (s *RedisStore) theScript() script {
 	return slidingLog
 }
 
-func (s *RedisStore) testOp(name string) string {
+// fullOp returns op's argument with the test's fixed time after an '@' and
+// the inline maximum after a '/', as far as they are set.
+func (s *RedisStore) fullOp(name string) string {
 	if s.now != nil {
 		name += "@" + strconv.FormatInt(s.now(), 10)
 	}

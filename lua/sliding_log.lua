@@ -616,13 +616,8 @@ if op == 'reserve' then
         -- first, and the list gets a TTL of its own.
         H = H or helpers(INLINE_MAX == 0)
         if len > 0 then
-          local es, pos = {}, 49 + 8 * ni
-          for i = 0, ni - 1 do
-            local ml = byte(m, pos)
-            if i >= ni - len then es[#es + 1] = sub(m, 49 + 8 * i, 56 + 8 * i) .. sub(m, pos + 1, pos + ml) end
-            pos = pos + ml + 1
-          end
-          H.push(log, es)
+          local es = H.entries(sub(m, 49), ni)
+          H.push(log, {unpack(es, ni - len + 1, ni)}) -- the live ones
         end
         ni, expires, moved = -1, 0, true
       end

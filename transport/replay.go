@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -34,9 +33,9 @@ import (
 //
 // When no slot can be had (ctx ended, or the slot lies past its deadline),
 // the request is stopped before it is written: the attempt's context is
-// cancelled and, on a connection known to carry HTTP/1 alone, its writes
-// fail at once, so the base gives up. An HTTP/2 connection (over TLS, or
-// h2c through an http.Transport whose Protocols ask for it) carries other
+// cancelled and, on a connection that carries HTTP/1, its writes fail at
+// once, so the base gives up. An HTTP/2 connection (over TLS, or h2c
+// through an http.Transport whose Protocols ask for it) carries other
 // streams and is left alone: the cancelled context alone stops the
 // request, which net/http checks before it writes a stream's headers. A
 // base other than net/http's makes no GotConn calls; the guard then does
@@ -99,7 +98,7 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 			return
 		}
 	}
-	if !h2 && knownConn(info.Conn) {
+	if !h2 && info.Conn != nil {
 		// net/http's HTTP/1 checks the context before it gets a
 		// connection, not after: a write deadline in the past fails the
 		// write before a byte leaves. The connection is this request's
@@ -110,7 +109,11 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 
 // multiplexed reports whether the connection may carry HTTP/2: negotiated
 // over TLS, or unencrypted HTTP/2 with prior knowledge, which an
-// http.Transport base uses when its Protocols allow it and not HTTP/1.
+// http.Transport base uses when its Protocols allow it and not HTTP/1. An
+// http.Transport speaks HTTP/2 over TLS only on a *tls.Conn, so a
+// connection of another type (a dialer's wrapper) carries HTTP/1. A base
+// of another kind that speaks h2c (golang.org/x/net/http2 with AllowHTTP)
+// is not told apart: its connection is taken for HTTP/1.
 func (g *connGuard) multiplexed(info httptrace.GotConnInfo) bool {
 	switch c := info.Conn.(type) {
 	case *tls.Conn:
@@ -120,16 +123,6 @@ func (g *connGuard) multiplexed(info httptrace.GotConnInfo) bool {
 	}
 	b, ok := g.tr.base.(*http.Transport)
 	return ok && b.Protocols != nil && b.Protocols.UnencryptedHTTP2() && !b.Protocols.HTTP1()
-}
-
-// knownConn reports whether c is a connection net/http made itself, whose
-// protocol multiplexed can tell.
-func knownConn(c net.Conn) bool {
-	switch c.(type) {
-	case *tls.Conn, *net.TCPConn, *net.UnixConn:
-		return true
-	}
-	return false
 }
 
 // stopped returns how long the attempt waited on the quota at its

@@ -72,10 +72,9 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 	first, stopped, res := g.conns == 1, g.err != nil, g.res
 	g.mu.Unlock()
 	var why string
-	h2 := g.multiplexed(info)
 	switch {
 	case stopped:
-	case !first && !h2:
+	case !first && !g.multiplexed(info):
 		why = "replay on another connection"
 	case res != nil && res.Stale():
 		_ = res.Cancel(context.WithoutCancel(g.ctx)) // an orphan slot only makes the log stricter
@@ -98,7 +97,7 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 			return
 		}
 	}
-	if !h2 && info.Conn != nil {
+	if info.Conn != nil && !g.multiplexed(info) {
 		// net/http's HTTP/1 checks the context before it gets a
 		// connection, not after: a write deadline in the past fails the
 		// write before a byte leaves. The connection is this request's
@@ -107,7 +106,9 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 	}
 }
 
-// multiplexed reports whether the connection may carry HTTP/2: negotiated
+// multiplexed reports whether the connection may carry HTTP/2 (asked only
+// past the first connection, or for a request being stopped: a TLS
+// connection's state is copied to tell): negotiated
 // over TLS, or unencrypted HTTP/2 with prior knowledge, which an
 // http.Transport base uses when its Protocols allow it and not HTTP/1. An
 // http.Transport speaks HTTP/2 over TLS only on a *tls.Conn, so a

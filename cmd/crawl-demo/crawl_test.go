@@ -331,7 +331,10 @@ func TestCrawlOnACluster(t *testing.T) {
 	srv := httptest.NewServer(site)
 	defer srv.Close()
 	file, urls := urlFile(t, srv.URL, "c", 12)
-	got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=5/500ms", "-margin", "50ms", "-redis", cluster.URL())
+	// A store timeout well above the default: under -race beside other
+	// packages' tests a cluster call passed 30 ms, and this test is about
+	// routing, not the timeout.
+	got := runCmd(context.Background(), t, "", "-urls", file, "-rule", "127.0.0.1=5/500ms", "-margin", "50ms", "-store-timeout", "500ms", "-redis", cluster.URL())
 	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
 	require.Len(t, decodeLines(t, got.stdout), len(urls))
 	require.NotContains(t, got.stderr, "store failed", "the cluster answered every call")

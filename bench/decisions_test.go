@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -184,9 +185,30 @@ func redisThrottler(tb testing.TB, client redis.UniversalClient, prefix, rule st
 	if err != nil {
 		tb.Fatal(err)
 	}
+	ageData(tb, client, prefix)
 	warn := &warnCounter{}
 	thr := newThrottler(tb, rule, append([]throttle.Option{throttle.WithStore(store), throttle.WithLogger(slog.New(warn))}, opts...)...)
 	return thr, warn
+}
+
+// ageData makes the data of the store at prefix on client (a single node)
+// a day old, as if it had long been in use, so that no target found empty
+// is held for a young store's sake (a store's first use holds each target
+// for two windows). The epoch key and its value, the epoch and when the
+// key expires (8-byte big-endian microseconds each), are
+// lua/sliding_log.lua's.
+func ageData(tb testing.TB, client redis.UniversalClient, prefix string) {
+	tb.Helper()
+	ctx := context.Background()
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v := binary.BigEndian.AppendUint64(nil, uint64(now.Add(-24*time.Hour).UnixMicro()))
+	v = binary.BigEndian.AppendUint64(v, uint64(now.Add(24*time.Hour).UnixMicro()))
+	if err := client.Set(ctx, prefix+"epoch", v, 24*time.Hour).Err(); err != nil {
+		tb.Fatal(err)
+	}
 }
 
 // newThrottler returns a Throttler with the default rule "*=rule" and no

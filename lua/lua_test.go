@@ -14,13 +14,14 @@ import (
 )
 
 // TestKeysOnlyThroughKEYS: every command the script sends names its key
-// through one of the three KEYS variables, never a name built from ARGV, so
+// through one of the four KEYS variables, never a name built from ARGV, so
 // Redis Cluster can route it and the keys share the target's hash slot.
 func TestKeysOnlyThroughKEYS(t *testing.T) {
 	require.Contains(t, SlidingLog, "local log, metakey, procs = KEYS[1], KEYS[2], KEYS[3]")
+	require.Contains(t, SlidingLog, "local epochkey = KEYS[#KEYS]")
 	calls := regexp.MustCompile(`\bp?call\('([A-Z]+)'(?:,\s*([^,)]+))?`).FindAllStringSubmatch(SlidingLog, -1)
 	require.NotEmpty(t, calls)
-	keys := []string{"log", "metakey", "procs"}
+	keys := []string{"log", "metakey", "procs", "epochkey"}
 	for _, c := range calls {
 		switch {
 		case c[1] == "TIME":

@@ -39,18 +39,31 @@
 --          in the list).
 --   procs  sorted set: member = process id, score = last seen (us)
 -- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
--- one or more (on a single node, where keys of many slots may meet).
+-- one or more (on a single node, where keys of many slots may meet), then
+-- one more key:
+--   epoch  when the store's data began, as far as this script knows (us),
+--          and when the key expires (us), 16 bytes: set when a reserve
+--          finds it missing, and kept half of EPOCH_TTL to all of it
+--          after the latest reserve that read it. On a single node one
+--          epoch key serves every target; on a Cluster each slot has one,
+--          which the slot's targets share. Redis that lost its data
+--          (restarted empty, flushed) lost the epoch with it, so a young
+--          epoch tells that the logs may have been lost a moment ago.
 --
 -- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore". The script reads
 --         the server clock; tests may fix it, in us, after an '@' (say
---         "reserve@1700000000000000"), and set INLINE_MAX after a '/'
---         ("reserve/0": every log in the list). Neither is an argument of
---         its own: each argument costs the server some 1,500 instructions.
+--         "reserve@1700000000000000"), set INLINE_MAX after a '/'
+--         ("reserve/0": every log in the list), and fix the epoch after a
+--         '#' ("reserve#0": the data is old, the epoch key is not read), in
+--         that order. None is an argument of its own: each argument costs
+--         the server some 1,500 instructions.
 --
 -- reserve: ARGV[2] process id, then for each target, in KEYS order, a block
---          of 1 + k arguments: first the numbers, 7 + 2k of them in one
+--          of 1 + k arguments: first the numbers, 8 + 2k of them in one
 --          string:
 --            limit, window us, gap us,
+--            ahead us: how far ahead of its now any process books at most
+--              (0: a window),
 --            heartbeat: the liveness us; positive: mark this process live,
 --              drop processes not seen for that long, renew the TTL and
 --              store their count in meta; negative: read the count from
@@ -68,6 +81,13 @@
 --   the window and no cancel removed it, Redis has lost the log (a
 --   restart, a failover): the target is paused until a window after that
 --   slot, as if the lost log had been full.
+--   A process that saw no such slot (new, or idle for a window) cannot
+--   tell a lost log from an idle one; the epoch can. While the log is
+--   empty and the epoch is younger than ahead and a window, the target is
+--   paused until then: every slot booked before the data was lost lies at
+--   most ahead past the epoch, so the log counts as full there. This
+--   holds every target for up to ahead and a window after a restart, a
+--   flush, or a store's first use.
 --   Each request in turn gets the earliest slot s >= now such that every
 --   interval of length window holds at most limit units once its n units are
 --   written at s: s is after the pause, after every earlier entry (FIFO), at
@@ -129,12 +149,24 @@ local call, pcall = redis.call, redis.pcall
 -- less than one more command.
 local INLINE_MAX = 64
 
+-- EPOCH_TTL: how long (us) the epoch key outlives the latest reserve that
+-- read it. Were it gone while the data is not, the next target found
+-- empty would be held as if the data were young. EPOCH: a test's fixed
+-- epoch (nil: the epoch key's).
+local EPOCH_TTL, EPOCH = 86400000000, nil
+
 local now
 if (string.byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a time
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 else
-  -- Tests' forms: "<op>@<time>", "<op>/<inline max>", "<op>@<time>/<inline max>".
+  -- Tests' forms: "<op>[@<time>][/<inline max>][#<epoch>]".
+  local hash = string.find(op, '#', 1, true)
+  if hash then
+    EPOCH = tonumber(sub(op, hash + 1))
+    if not EPOCH then return redis.error_reply('fleetgate: bad op ' .. op) end
+    op = sub(op, 1, hash - 1)
+  end
   local slash = string.find(op, '/', 1, true)
   if slash then
     INLINE_MAX = tonumber(sub(op, slash + 1))
@@ -146,7 +178,7 @@ else
     now = tonumber(sub(op, at + 1))
     if not now then return redis.error_reply('fleetgate: bad op ' .. op) end
     op = sub(op, 1, at - 1)
-  elseif slash then
+  elseif slash or hash then
     local t = call('TIME')
     now = t[1] * 1000000 + t[2]
   else
@@ -319,31 +351,36 @@ local FULL_SLACK = 32
 if op == 'reserve' then
   local proc = ARGV[2]
   local nargv = #ARGV
+  local nkeys = #KEYS - 1 -- the targets' keys, then the epoch's
+  if nkeys < 3 or nkeys % 3 ~= 0 then return redis.error_reply('fleetgate: bad reserve keys') end
+  local epochkey = KEYS[#KEYS]
+  -- epoch: when the store's data began, once a block needs it.
+  local epoch = EPOCH
   -- The reply, sized for one block of one request.
   local reply, nr = {now, 0, 0, 0, 0, 0}, 1
   -- Every target's meta in one read.
   local metas, meta1
-  if #KEYS == 3 then
+  if nkeys == 3 then
     meta1 = call('GET', metakey)
   else
     local mkeys = {}
-    for b = 2, #KEYS, 3 do mkeys[#mkeys + 1] = KEYS[b] end
+    for b = 2, nkeys, 3 do mkeys[#mkeys + 1] = KEYS[b] end
     metas = call('MGET', unpack(mkeys))
   end
   -- Meta values this run wrote, by key, when it has several blocks: a
   -- target may come twice.
-  local written = #KEYS > 3 and {}
+  local written = nkeys > 3 and {}
   -- A block's new entries, written at its end: entry i's slot is
   -- new[2i-1], its member new[2i]. Until then the (limit-n+1)-th most
   -- recent entry may be one of them. Every block reuses the table.
   local new = {false, false} -- made with room for one: it then grows without a rehash
   local a = 3 -- the next block's first argument
-  for b = 1, #KEYS, 3 do
+  for b = 1, nkeys, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
     local nums = ARGV[a]
-    if not nums or #nums < 56 then return redis.error_reply('fleetgate: bad reserve arguments') end
-    local limit, window, gap, liveness, seen, full, k = sunpack('>i8i8i8i8i8i8i8', nums)
-    if limit < 1 or window < 1 or liveness == 0 or k < 0 or #nums ~= 56 + 16 * k or nargv < a + k then
+    if not nums or #nums < 64 then return redis.error_reply('fleetgate: bad reserve arguments') end
+    local limit, window, gap, ahead, liveness, seen, full, k = sunpack('>i8i8i8i8i8i8i8i8', nums)
+    if limit < 1 or window < 1 or ahead < 0 or liveness == 0 or k < 0 or #nums ~= 64 + 16 * k or nargv < a + k then
       return redis.error_reply('fleetgate: bad reserve arguments')
     end
     a = a + 1
@@ -494,11 +531,29 @@ if op == 'reserve' then
       end
     end
 
-    local lost = false
-    -- The entry this process saw last is gone, and no cancel took it.
-    if len == 0 and seen > cutoff and seen > cancelled and seen + window > pause then
-      lost = true
-      pause = seen + window -- the log was lost: count it as full
+    local lost, young = false, false
+    if len == 0 then
+      -- The entry this process saw last is gone, and no cancel took it.
+      if seen > cutoff and seen > cancelled and seen + window > pause then
+        lost = true
+        pause = seen + window -- the log was lost: count it as full
+      end
+      -- The store's data is young: it may have lost a log full up to
+      -- ahead past the epoch, which this process never saw.
+      if not epoch then
+        local v, x = call('GET', epochkey), 0
+        if type(v) == 'string' and #v == 16 then epoch, x = sunpack('>i8i8', v) end
+        if not epoch then epoch = now end -- none: the data begins now
+        if x - now < EPOCH_TTL / 2 then
+          call('SET', epochkey, spack('>i8i8', epoch, now + EPOCH_TTL), 'PX', fmt('%d', EPOCH_TTL / 1000))
+        end
+        if epoch > now then epoch = now end -- a server clock set back
+      end
+      if ahead == 0 then ahead = window end
+      local hold = epoch + ahead + window
+      if hold > now and hold > pause then
+        pause, young = hold, true
+      end
     end
     -- The block's fixed values, filled in once its requests are decided.
     local base = nr
@@ -506,7 +561,7 @@ if op == 'reserve' then
     local nn = 0
     for i = 1, k do
       local member = ARGV[a]
-      local n, maxwait = sunpack('>i8i8', nums, 41 + 16 * i)
+      local n, maxwait = sunpack('>i8i8', nums, 49 + 16 * i)
       a = a + 1
       local slot = now
       if pause > slot then slot = pause end
@@ -645,7 +700,7 @@ if op == 'reserve' then
     -- liveness per target, and at once when the log was lost; the count
     -- goes to meta, where the calls in between read it.
     local added
-    local beat = liveness > 0 or lost
+    local beat = liveness > 0 or lost or young
     if liveness < 0 then liveness = -liveness end
     if beat then
       -- Mark this process live, drop the processes not seen for
@@ -664,7 +719,7 @@ if op == 'reserve' then
       if pause > keepEnd then keepEnd = pause end
       -- The first five numbers, as they were when none of them changed.
       local head
-      if keepEnd == mexp and not beat and not lost and ibase then
+      if keepEnd == mexp and not beat and ibase then
         head = sub(m, 1, 40)
       else
         head = spack('>i8i8i8i8i8', pause, live, cancelled, expires, keepEnd)

@@ -37,8 +37,8 @@ type target struct {
 	probed   time.Time  // last recovery attempt
 }
 
-func newTarget(name string, r Rule, margin time.Duration, maxBatch int) *target {
-	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap},
+func newTarget(name string, r Rule, margin, ahead time.Duration, maxBatch int) *target {
+	return &target{name: name, rule: r, lim: Limit{Limit: r.Limit, Window: r.Window + margin, Gap: r.Gap, Ahead: ahead},
 		calls: groupCommit[*waiter]{lanes: 1, max: maxBatch}}
 }
 

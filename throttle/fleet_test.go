@@ -41,7 +41,7 @@ func (c *scriptCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		// EVALSHA sha numkeys keys... op proc, then a block per
 		// target: its numbers in one binary argument (limit window gap
-		// heartbeat seen k (n maxwait)*k), then its k members.
+		// ahead heartbeat seen full k (n maxwait)*k), then its k members.
 		// A reserve reply is {now, then per target: remaining, reset,
 		// live, pause, then a delay per request, negative if refused}.
 		if cmd, ok := cmd.(*redis.Cmd); ok && err == nil {
@@ -69,12 +69,12 @@ func (c *scriptCounter) record(args []any, vals []int64) {
 	if c.byLog == nil {
 		c.byLog = make(map[string][]time.Time)
 	}
-	if numKeys > 3 {
+	if numKeys > 4 { // three per target, then the epoch's
 		c.multi++
 	}
 	for b := 0; a < len(args) && len(vals) >= 4; b++ {
 		nums := args[a].([]byte)
-		k := int(binary.BigEndian.Uint64(nums[48:56])) // the block's seventh number
+		k := int(binary.BigEndian.Uint64(nums[56:64])) // the block's eighth number
 		log, _ := args[3+3*b].(string)
 		for _, d := range vals[4 : 4+k] {
 			if d >= 0 {
@@ -191,12 +191,18 @@ func TestFleetProperty(t *testing.T) {
 	require.GreaterOrEqual(t, steady, 0.95*ideal, "steady-state rate")
 	require.LessOrEqual(t, perAdmission, 1.05, "store calls per admission")
 
-	// Every key is gone once its TTL has passed: the log after its last
-	// window, the heartbeat after its liveness (2 × 550 ms here).
+	// Every target's key is gone once its TTL has passed: the log after
+	// its last window, the heartbeat after its liveness (2 × 550 ms here).
+	// The store's epoch, one key, lasts a day past its last read.
+	epoch := prefix + "epoch"
 	require.Eventually(t, func() bool {
 		keys, err := admin.Keys(context.Background(), prefix+"*").Result()
-		return err == nil && len(keys) == 0
+		return err == nil && len(keys) == 1 && keys[0] == epoch
 	}, 3*time.Second, 100*time.Millisecond, "keys left behind")
+	ttl, err := admin.PTTL(context.Background(), epoch).Result()
+	require.NoError(t, err)
+	require.Greater(t, ttl, 23*time.Hour)
+	require.LessOrEqual(t, ttl, 24*time.Hour)
 }
 
 // TestFleetPropertyManyTargets: 3 independent clients × 8 goroutines, each
@@ -312,4 +318,63 @@ func TestFleetSurvivesRedisRestart(t *testing.T) {
 	// replayed admissions plus placeholders for the others' shares).
 	require.Positive(t, count(5500*time.Millisecond, 6500*time.Millisecond), "the fleet admits again after the restart")
 	require.Equal(t, ModeStore, throttlers[0].Mode())
+}
+
+// TestAFlushedStoreHoldsANewcomer: Redis loses its data (FLUSHALL, as in
+// an empty restart) while a process has booked slots ahead; a process that
+// starts right after finds the log empty. Had it taken the empty log for a
+// new one, it would book a full window on top of the slots the first still
+// sends. On the server's clock, every booking of both processes leaves at
+// most N in any window, and both admit again once the young store's hold
+// (a horizon and a window) has passed.
+func TestAFlushedStoreHoldsANewcomer(t *testing.T) {
+	srv := redistest.StartServer(t)
+	admin := srv.Client(t)
+	prefix := redistest.KeyPrefix(t)
+	const (
+		limit  = 10
+		window = 400 * time.Millisecond
+		margin = 50 * time.Millisecond
+	)
+	rules, err := ParseRules("*=10/400ms")
+	require.NoError(t, err)
+	var calls scriptCounter
+	process := func() *Throttler {
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		client.AddHook(&calls)
+		t.Cleanup(func() { client.Close() })
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		if calls.n.Load() == 0 { // the first process: the store has long been in use
+			ageData(t, admin, s)
+		}
+		tr, err := New(rules, WithStore(s), WithMargin(margin), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { tr.Close() })
+		return tr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	run := func(tr *Throttler, admitted *atomic.Int64) {
+		for range 4 {
+			wg.Go(func() {
+				for tr.Wait(ctx, "example.com") == nil {
+					admitted.Add(1)
+				}
+			})
+		}
+	}
+	var first, newcomer atomic.Int64
+	run(process(), &first)
+	time.Sleep(time.Second) // the first process books a window ahead
+	require.NoError(t, admin.FlushAll(context.Background()).Err())
+	run(process(), &newcomer)
+	wg.Wait()
+
+	calls.mu.Lock()
+	defer calls.mu.Unlock()
+	require.LessOrEqual(t, peak(calls.slots, window+margin), limit, "bookings in one window, on the server's clock")
+	require.Positive(t, newcomer.Load(), "the newcomer admits once the hold has passed")
+	t.Logf("first process %d, newcomer %d admissions", first.Load(), newcomer.Load())
 }

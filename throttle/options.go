@@ -168,7 +168,9 @@ func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 // than d; a waiter whose slot lies beyond it sleeps until the slot comes
 // within reach, then books it (one more store call). The horizon bounds how
 // far ahead the fleet can have booked when the store fails, which is how
-// long FailLocal must stay silent before it admits locally. The default, 0,
+// long FailLocal must stay silent before it admits locally, and, with a
+// window, how long a RedisStore whose data was lost holds a target found
+// empty; processes sharing a store should share it. The default, 0,
 // means one window (the rule's window plus the margin); more than
 // MaxWindow is an error.
 func WithMaxAhead(d time.Duration) Option { return func(c *config) { c.maxAhead = d } }

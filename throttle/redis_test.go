@@ -26,18 +26,26 @@ func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
 	require.NoError(t, err)
 
 	for _, target := range []string{"example.com", "we{ir}d", "}{", "a%7Bb"} {
-		keys := s.keys(target)
+		keys := append(s.keys(target), s.epochKey(target))
 		var slots []int64
 		for _, k := range keys {
 			slot, err := client.ClusterKeySlot(ctx, k).Result()
 			require.NoError(t, err)
 			slots = append(slots, slot)
 		}
-		require.Equal(t, []int64{slots[0], slots[0], slots[0]}, slots, "keys of %q: %v", target, keys)
+		require.Equal(t, []int64{slots[0], slots[0], slots[0], slots[0]}, slots, "keys of %q: %v", target, keys)
 
 		g := make([]Grant, 2)
 		_, err := s.Reserve(ctx, target, Limit{Limit: 1, Window: time.Second}, []Request{{ID: 1, N: 1, MaxWait: -1}, {ID: 2, N: 1, MaxWait: -1}}, g)
 		require.NoError(t, err)
+		// The slot's data is young (the cluster is new): the target is
+		// held for a horizon (here a window) and a window.
+		require.InDelta(t, 2*time.Second, g[0].Delay, float64(100*time.Millisecond), "the first booking of %q", target)
+		ttl, err := client.PTTL(ctx, keys[3]).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, 23*time.Hour, "the epoch of %q's slot", target)
+		require.LessOrEqual(t, ttl, 24*time.Hour, "the epoch of %q's slot", target)
+		keys = keys[:3]
 		_, err = s.Pause(ctx, target, 500*time.Millisecond)
 		require.NoError(t, err)
 		for _, k := range keys {
@@ -51,9 +59,10 @@ func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
 		}
 		require.Len(t, logOf(t, client, s, target), 2)
 		log := logTTL(t, client, s, target)
-		// The second booking is a second away: the log lasts its window
-		// past it, and three spares (half the window, at least 0.5 s).
-		require.Greater(t, log, 2*time.Second+500*time.Millisecond, "the log outlives its last booking's window and a spare")
+		// The second booking is a second after the first: the log lasts
+		// its window past it, and three spares (half the window, at least
+		// 0.5 s).
+		require.Greater(t, log, 4*time.Second+500*time.Millisecond, "the log outlives its last booking's window and a spare")
 		// Three spares; an inline log lasts as long as meta, which keeps
 		// the live count for the liveness.
 		require.LessOrEqual(t, log, max(3500*time.Millisecond, livenessFor(defaultLiveness, time.Second))+time.Millisecond)
@@ -70,6 +79,7 @@ func TestRedisStoreEntriesAreUniqueAcrossProcesses(t *testing.T) {
 	require.NoError(t, err)
 	b, err := NewRedisStore(client, WithKeyPrefix(prefix))
 	require.NoError(t, err)
+	ageData(t, client, a)
 	lim := Limit{Limit: 10, Window: time.Minute}
 	g := make([]Grant, 1)
 	for _, s := range []*RedisStore{a, b} {
@@ -101,6 +111,7 @@ func TestRedisStoreSurvivesScriptFlushAndRestart(t *testing.T) {
 	ctx := context.Background()
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
+	ageData(t, client, s)
 	lim := Limit{Limit: 10, Window: time.Second}
 	g := make([]Grant, 1)
 	_, err = s.Reserve(ctx, "example.com", lim, []Request{{ID: 1, N: 1}}, g)
@@ -168,6 +179,7 @@ func TestRedisUsesServerTime(t *testing.T) {
 	for _, skew := range []time.Duration{0, time.Hour, -time.Hour} {
 		s, err := NewRedisStore(srv.Client(t), WithKeyPrefix(prefix))
 		require.NoError(t, err)
+		ageData(t, srv.Client(t), s)
 		tr, err := New(rules, WithStore(s), withClock(func() time.Time { return time.Now().Add(skew) }))
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })
@@ -198,8 +210,10 @@ func TestRedisStoreNeedsContextTimeouts(t *testing.T) {
 // TestSharedStoreKeepsEntriesApart: two Throttlers on one store (one
 // process id) never name two entries alike.
 func TestSharedStoreKeepsEntriesApart(t *testing.T) {
-	s, err := NewRedisStore(redistest.StartServer(t).Client(t), WithKeyPrefix(redistest.KeyPrefix(t)))
+	client := redistest.StartServer(t).Client(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
+	ageData(t, client, s)
 	rules, err := ParseRules("*=2/10s")
 	require.NoError(t, err)
 	var got []bool
@@ -214,16 +228,82 @@ func TestSharedStoreKeepsEntriesApart(t *testing.T) {
 	require.Equal(t, []bool{true, true, false}, got)
 }
 
-// TestLostLogHoldsTheTarget: Redis restarts empty between two calls, so no
-// call fails; the next call sees an empty log where this process saw
-// entries still inside the window, and holds the target for a window after
-// the last of them instead of admitting a second full window.
+// TestAYoungStoreHoldsTargetsFoundEmpty: a store whose data began less
+// than a horizon and a window ago may have lost logs that a newcomer never
+// saw (Redis restarted empty, or was flushed), so it holds every target it
+// finds empty until then: every slot booked before the loss lay at most a
+// horizon ahead. The epoch is set when first needed, kept, and renewed
+// when half its TTL is gone.
+func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
+	s, client := startStore(t)
+	require.NoError(t, client.Del(context.Background(), s.epochArg.(string)).Err()) // a new store
+	clock := newFakeClock()
+	s.now, s.readEpoch = clock.us.Load, true
+	ctx := context.Background()
+	start := clock.us.Load()
+	epoch := func() (at, expires int64, ttl time.Duration) {
+		t.Helper()
+		v, err := client.Get(ctx, s.epochArg.(string)).Bytes()
+		require.NoError(t, err)
+		require.Len(t, v, 16)
+		ttl, err = client.PTTL(ctx, s.epochArg.(string)).Result()
+		require.NoError(t, err)
+		return int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:])), ttl
+	}
+	reserve := func(target string, lim Limit, maxWait time.Duration) (Grant, State) {
+		t.Helper()
+		g := make([]Grant, 1)
+		st, err := s.Reserve(ctx, target, lim, []Request{{ID: nextID(), N: 1, MaxWait: maxWait}}, g)
+		require.NoError(t, err)
+		return g[0], st
+	}
+	lim := Limit{Limit: 5, Window: time.Second}
+
+	g, st := reserve("a.example", lim, -1)
+	require.True(t, g.OK)
+	require.Equal(t, 2*time.Second, g.Delay, "held for a horizon (a window by default) and a window")
+	require.Equal(t, 2*time.Second, st.Paused)
+	at, expires, ttl := epoch()
+	require.Equal(t, start, at, "the data began at the first call")
+	require.Equal(t, start+(24*time.Hour).Microseconds(), expires)
+	require.InDelta(t, 24*time.Hour, ttl, float64(time.Second))
+
+	clock.Advance(500 * time.Millisecond)
+	g, _ = reserve("b.example", lim, 0)
+	require.False(t, g.OK, "a decision that does not wait is refused")
+	require.Equal(t, 1500*time.Millisecond, g.Delay)
+	g, _ = reserve("c.example", Limit{Limit: 5, Window: time.Second, Ahead: 3 * time.Second}, -1)
+	require.Equal(t, 3500*time.Millisecond, g.Delay, "a longer horizon holds longer")
+	g, _ = reserve("a.example", lim, -1)
+	require.Equal(t, 1500*time.Millisecond, g.Delay, "a target with entries keeps the hold in meta")
+
+	clock.Advance(1500 * time.Millisecond)
+	g, _ = reserve("d.example", lim, 0)
+	require.True(t, g.OK, "the data is old enough")
+	require.Zero(t, g.Delay)
+	at, _, _ = epoch()
+	require.Equal(t, start, at, "the epoch is kept")
+
+	clock.Advance(13 * time.Hour) // less than half the TTL is left
+	g, _ = reserve("e.example", lim, 0)
+	require.True(t, g.OK)
+	at, expires, _ = epoch()
+	require.Equal(t, start, at, "a renewal keeps the epoch")
+	require.Equal(t, clock.us.Load()+(24*time.Hour).Microseconds(), expires, "and moves its expiry")
+}
+
+// TestLostLogHoldsTheTarget: Redis loses the log between two calls, so no
+// call fails, and keeps its epoch (a failover to a replica that missed the
+// latest writes, say): the next call sees an empty log where this process
+// saw entries still inside the window, and holds the target for a window
+// after the last of them instead of admitting a second full window.
 func TestLostLogHoldsTheTarget(t *testing.T) {
 	srv := redistest.StartServer(t)
 	client := srv.Client(t)
 	prefix := redistest.KeyPrefix(t)
 	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
 	require.NoError(t, err)
+	ageData(t, client, s)
 	rules, err := ParseRules("*=5/10s")
 	require.NoError(t, err)
 	tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
@@ -237,6 +317,7 @@ func TestLostLogHoldsTheTarget(t *testing.T) {
 	}
 	srv.Kill(t)
 	srv.Restart(t)
+	ageData(t, client, s) // the epoch survived
 	var d Decision
 	require.Eventually(t, func() bool {
 		d, err = tr.Allow(ctx, "example.com")
@@ -379,30 +460,35 @@ func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
 }
 
 // TestReserveRejectsBadNumbers: a reserve whose block of numbers is too
-// short, does not match its count of requests, holds an impossible limit or
-// liveness, or lacks a request's member is an error that says so, and
-// writes nothing.
+// short, does not match its count of requests, holds an impossible limit,
+// horizon or liveness, lacks a request's member, or whose keys are not
+// three per target and the epoch's is an error that says so, and writes
+// nothing.
 func TestReserveRejectsBadNumbers(t *testing.T) {
 	s, client := startStore(t)
 	ctx := context.Background()
-	keys := s.target("x.example").keyArgs
-	good := appendNums(nil, 5, 1_000_000, 0, -10_000_000, 0, 0, 1, 1, -1)
+	keys := append(s.target("x.example").keyArgs, s.epochArg)
+	good := appendNums(nil, 5, 1_000_000, 0, 0, -10_000_000, 0, 0, 1, 1, -1)
 	for name, nums := range map[string][]byte{
-		"short":          good[:48],
-		"count too high": appendNums(good[:48:48], 2, 1, -1),
-		"count too low":  appendNums(append(good[:48:48], good[48:]...), 1, -1),
-		"negative count": appendNums(good[:48:48], -1),
-		"limit 0":        appendNums(nil, 0, 1_000_000, 0, -10_000_000, 0, 0, 1, 1, -1),
-		"liveness 0":     appendNums(nil, 5, 1_000_000, 0, 0, 0, 0, 1, 1, -1),
+		"short":          good[:56],
+		"count too high": appendNums(good[:56:56], 2, 1, -1),
+		"count too low":  appendNums(append(good[:56:56], good[56:]...), 1, -1),
+		"negative count": appendNums(good[:56:56], -1),
+		"limit 0":        appendNums(nil, 0, 1_000_000, 0, 0, -10_000_000, 0, 0, 1, 1, -1),
+		"negative ahead": appendNums(nil, 5, 1_000_000, 0, -1, -10_000_000, 0, 0, 1, 1, -1),
+		"liveness 0":     appendNums(nil, 5, 1_000_000, 0, 0, 0, 0, 0, 1, 1, -1),
 		"no member":      nil,
 	} {
-		args := append(append(scriptArgs(3, 7), keys...), "reserve", s.procArg, nums, "m.1")
+		args := append(append(scriptArgs(4, 8), keys...), "reserve", s.procArg, nums, "m.1")
 		if nums == nil {
-			args = append(append(scriptArgs(3, 6), keys...), "reserve", s.procArg, good)
+			args = append(append(scriptArgs(4, 7), keys...), "reserve", s.procArg, good)
 		}
 		_, err := s.eval(ctx, slidingLog, args, 1)
 		require.ErrorContains(t, err, "bad reserve arguments", name)
 	}
+	args := append(append(scriptArgs(3, 7), keys[:3]...), "reserve", s.procArg, good, "m.1")
+	_, err := s.eval(ctx, slidingLog, args, 1)
+	require.ErrorContains(t, err, "bad reserve keys", "no epoch key")
 	n, err := client.Exists(ctx, s.keys("x.example")...).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing was written")
@@ -523,7 +609,27 @@ func startStore(t *testing.T) (*RedisStore, *redis.Client) {
 	client := redistest.StartServer(t).Client(t)
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
+	ageData(t, client, s)
 	return s, client
+}
+
+// ageData makes the data of s's store a day old, as if the store had long
+// been in use: no target found empty is held for a young store's sake. On
+// a single node one key does; on a Cluster (or a node in cluster mode) it
+// takes one per slot, for the slots of targets.
+func ageData(t testing.TB, client redis.UniversalClient, s *RedisStore, targets ...string) {
+	t.Helper()
+	ctx := context.Background()
+	now, err := client.Time(ctx).Result()
+	require.NoError(t, err)
+	v := string(appendNums(nil, now.Add(-24*time.Hour).UnixMicro(), now.Add(24*time.Hour).UnixMicro()))
+	keys := []string{s.epochArg.(string)}
+	for _, target := range targets {
+		keys = append(keys, s.epochKey(target))
+	}
+	for _, k := range keys {
+		require.NoError(t, client.Set(ctx, k, v, 24*time.Hour).Err(), "age the store's data")
+	}
 }
 
 // fixedClockStore is startStore with the store's clock standing at now

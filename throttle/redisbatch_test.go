@@ -59,6 +59,7 @@ func TestRedisStoreBatchesTargets(t *testing.T) {
 	client.AddHook(counter)
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
+	ageData(t, client, s)
 	const targets, per = 40, 5
 	lim := Limit{Limit: 3, Window: time.Minute}
 
@@ -94,6 +95,11 @@ func TestRedisStoreOnClusterModeNode(t *testing.T) {
 	holdEverySlot(t, client)
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
+	var targets []string
+	for i := range 20 {
+		targets = append(targets, fmt.Sprintf("t%d.example", i))
+	}
+	ageData(t, client, s, targets...)
 	require.True(t, s.batch.Load(), "a plain client starts out batching")
 
 	lim := Limit{Limit: 2, Window: time.Minute}
@@ -272,9 +278,12 @@ func hookedStore(t *testing.T, before func(n int64, args []any), serverArgs ...s
 	t.Helper()
 	client := redistest.StartServer(t, serverArgs...).Client(t)
 	require.NoError(t, client.ScriptLoad(context.Background(), slidingLog.src).Err())
-	client.AddHook(&scriptHook{before: before})
 	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 	require.NoError(t, err)
+	if len(serverArgs) == 0 { // a node in cluster mode takes keys once it holds the slots
+		ageData(t, client, s)
+	}
+	client.AddHook(&scriptHook{before: before})
 	return s, client
 }
 
@@ -366,17 +375,22 @@ func TestRedisStorePanicInASharedRunFreesEveryone(t *testing.T) {
 // late as it was sent, like a call that queued.
 func TestRedisStoreLeaderIsNotEarly(t *testing.T) {
 	s, client := hookedStore(t, func(_ int64, args []any) {
-		if k, _ := args[2].(int); k > 3 {
+		if k, _ := args[2].(int); k > 4 {
 			time.Sleep(40 * time.Millisecond) // the run of several targets is slow, then refused
 		}
 	}, clusterMode...)
 	holdEverySlot(t, client)
+	ageData(t, client, s, "x.example", "q.example")
 	ctx := context.Background()
 	lim := Limit{Limit: 1, Window: time.Minute}
 	g := make([]Grant, 1)
 	first := time.Now() // the first entry's slot is no earlier
 	_, err := s.Reserve(ctx, "x.example", lim, oneUnit(), g)
 	require.NoError(t, err)
+	// Its run, with the node's epoch key, met CROSSSLOT too: batching
+	// again, the shared run below meets it.
+	require.False(t, s.batch.Load())
+	s.batch.Store(true)
 
 	s.calls.mu.Lock()
 	s.calls.inflight = storeLanes // the next call queues

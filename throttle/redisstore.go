@@ -55,8 +55,20 @@ const DefaultKeyPrefix = "fleetgate:"
 // the window, at least 0.5 s, at most 30 s) past its last entry, so
 // processes whose margins differ by up to a spare may share a target. A
 // write renews the TTL, to a window and three spares, only when less is
-// left than a window and a spare, so that writes seldom renew it. It needs
-// Redis 6.0 or later. RedisStore is safe for concurrent use.
+// left than a window and a spare, so that writes seldom renew it.
+//
+// Redis that loses its data (an empty restart, a flush) loses the logs
+// with it. A process that saw a target's log notices (an empty log where
+// its latest slot should be) and holds the target until a window after
+// that slot. A process that did not cannot tell a lost log from an
+// unused one; so the store keeps one more key per node (per Cluster slot
+// on a Cluster) with the time its data began, set by the first decision
+// that finds it missing and kept half a day to a day past the latest
+// decision that read it, and while the data is younger than a horizon
+// (Limit.Ahead) and a window, a target found empty is held until then.
+// A fresh Redis holds each target that long once.
+//
+// It needs Redis 6.0 or later. RedisStore is safe for concurrent use.
 type RedisStore struct {
 	client    redis.UniversalClient
 	prefix    string
@@ -66,7 +78,9 @@ type RedisStore struct {
 	now       func() int64   // tests only: a fixed server time in µs
 	inlineMax string         // how many entries a log keeps inline ("0": none, WithListLogs; other values: tests)
 	ops       map[string]any // op names with inlineMax, made by NewRedisStore
-	script    *script        // tests only: another release's script
+	script    *script        // tests only: another release's script, which takes a reserve's arguments as 958864a did
+	readEpoch bool           // tests only: with a fixed time, read the epoch key too (else the data counts as old)
+	epochArg  any            // the epoch key of a run of many targets (a single node)
 
 	targets sync.Map // target name -> *redisTarget
 	count   atomic.Int64
@@ -77,12 +91,13 @@ type RedisStore struct {
 
 // redisTarget is what a RedisStore keeps per target between calls.
 type redisTarget struct {
-	keys    []string     // log, pause (with the live count), heartbeat
-	keyArgs []any        // keys, boxed once for the script's arguments
-	marked  atomic.Int64 // when this process last marked itself live here (unix ns)
-	used    atomic.Int64 // when this process last called Reserve here (unix ns)
-	seen    atomic.Int64 // the latest slot seen in the log (server µs), to notice a lost log
-	full    atomic.Bool  // the latest decision found the window full: the script reads the log's tail first
+	keys    []string            // log, pause (with the live count), heartbeat
+	keyArgs []any               // keys, boxed once for the script's arguments
+	epoch   atomic.Pointer[any] // the epoch key of the target's Cluster slot, once needed
+	marked  atomic.Int64        // when this process last marked itself live here (unix ns)
+	used    atomic.Int64        // when this process last called Reserve here (unix ns)
+	seen    atomic.Int64        // the latest slot seen in the log (server µs), to notice a lost log
+	full    atomic.Bool         // the latest decision found the window full: the script reads the log's tail first
 	args    atomic.Pointer[limitArgs]
 }
 
@@ -98,7 +113,7 @@ func (rt *redisTarget) limitArgs(lim Limit, liveness time.Duration) *limitArgs {
 	if a := rt.args.Load(); a != nil && a.lim == lim {
 		return a
 	}
-	head := appendNums(nil, int64(lim.Limit), us(lim.Window), us(lim.Gap))
+	head := appendNums(nil, int64(lim.Limit), us(lim.Window), us(lim.Gap), us(lim.Ahead))
 	a := &limitArgs{
 		lim:       lim,
 		heartbeat: appendNums(slices.Clip(head), us(liveness)),
@@ -177,6 +192,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 		return nil, fmt.Errorf("throttle: liveness %v must be positive", s.liveness)
 	}
 	s.procArg = s.proc
+	s.epochArg = s.prefix + "epoch"
 	if s.inlineMax != "" {
 		s.ops = make(map[string]any)
 		for _, name := range []string{"reserve", "cancel", "pause", "restore"} {
@@ -218,6 +234,12 @@ func (s *RedisStore) keys(target string) []string {
 	return []string{tag + "log", tag + "pause", tag + "procs"}
 }
 
+// epochKey returns the key of the store's epoch in target's Cluster slot.
+// On a single node one key, epochArg, serves every target.
+func (s *RedisStore) epochKey(target string) string {
+	return s.prefix + "{" + slotTag(slot(escapeTag(target))) + "}:epoch"
+}
+
 func escapeTag(t string) string {
 	if !strings.ContainsAny(t, "{}%") {
 		return t
@@ -254,14 +276,19 @@ func (s *RedisStore) theScript() script {
 	return slidingLog
 }
 
-// fullOp returns op's argument with the test's fixed time after an '@' and
-// the inline maximum after a '/', as far as they are set.
+// fullOp returns op's argument with the test's fixed time after an '@', the
+// inline maximum after a '/', and with a fixed time the epoch 0 after a '#'
+// (the store's data is old) unless the test reads the epoch key, as far as
+// they are set.
 func (s *RedisStore) fullOp(name string) string {
 	if s.now != nil {
 		name += "@" + strconv.FormatInt(s.now(), 10)
 	}
 	if s.inlineMax != "" {
 		name += "/" + s.inlineMax
+	}
+	if s.now != nil && !s.readEpoch && s.script == nil {
+		name += "#0"
 	}
 	return name
 }
@@ -386,11 +413,18 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	}
 	calls = send
 
-	nkeys, nargs, nnums := 0, 2, 0
+	// The epoch key last: on a single node one for every target, else the
+	// one in the target's slot. (Another release's script takes none.)
+	legacy := s.script != nil
+	global := !legacy && s.batch.Load() // the run carries the node's epoch key
+	nkeys, nargs, nnums := 1, 2, 0
+	if legacy {
+		nkeys = 0
+	}
 	for _, c := range calls {
 		nkeys += len(c.rt.keyArgs)
 		nargs += 1 + len(c.reqs)
-		nnums += 7 + 2*len(c.reqs)
+		nnums += 8 + 2*len(c.reqs)
 	}
 	args := scriptArgs(nkeys, nkeys+nargs)
 	// Every block's numbers in one buffer, sized once so that appending
@@ -398,6 +432,13 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	nums := make([]byte, 0, 8*nnums)
 	for _, c := range calls {
 		args = append(args, c.rt.keyArgs...)
+	}
+	switch {
+	case legacy:
+	case global:
+		args = append(args, s.epochArg)
+	default:
+		args = append(args, calls[0].rt.epochArg(s, calls[0].target))
 	}
 	args = append(args, s.op("reserve"), s.procArg)
 	want := 1
@@ -407,6 +448,9 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		hb := la.quiet
 		if c.marking = c.rt.heartbeatDue(liveness); c.marking != 0 {
 			hb = la.heartbeat
+		}
+		if legacy { // without ahead
+			hb = slices.Delete(slices.Clone(hb), 24, 32)
 		}
 		start := len(nums)
 		var full int64
@@ -438,9 +482,9 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		c.sent = sent
 	}
 	vals, err := s.eval(ctx, s.theScript(), args, want)
-	if err != nil && len(calls) > 1 && redis.HasErrorPrefix(err, "CROSSSLOT") {
-		// A plain client on a cluster-mode server: each target alone, from
-		// now on.
+	if err != nil && global && redis.HasErrorPrefix(err, "CROSSSLOT") {
+		// A plain client on a cluster-mode server: each target alone, with
+		// the epoch key of its slot, from now on.
 		s.batch.Store(false)
 		for _, c := range calls {
 			s.reserve([]*reserveCall{c})
@@ -514,6 +558,17 @@ func (s *RedisStore) target(name string) *redisTarget {
 	keys := s.keys(name)
 	v, _ := s.targets.LoadOrStore(name, &redisTarget{keys: keys, keyArgs: []any{keys[0], keys[1], keys[2]}})
 	return v.(*redisTarget)
+}
+
+// epochArg returns the epoch key of rt's slot, made on the first call
+// that needs it: only a store that does not batch (a Cluster) does.
+func (rt *redisTarget) epochArg(s *RedisStore, target string) any {
+	if k := rt.epoch.Load(); k != nil {
+		return *k
+	}
+	var k any = s.epochKey(target)
+	rt.epoch.Store(&k)
+	return k
 }
 
 // heartbeatDue returns the time (unix ns) to record as rt's latest mark

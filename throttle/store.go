@@ -51,6 +51,12 @@ type Limit struct {
 	Limit  int           // units in any interval of length Window
 	Window time.Duration // the rule's window plus the margin
 	Gap    time.Duration // minimum spacing between admissions; 0 means none
+	// Ahead is how far ahead of its now any process of the fleet books a
+	// slot at most (the Throttler's horizon, WithMaxAhead); 0 means
+	// Window. A RedisStore whose data is younger than Ahead plus Window
+	// (Redis restarted empty, or was flushed) holds a target found empty
+	// until then: its log may have been lost. A MemoryStore ignores it.
+	Ahead time.Duration
 }
 
 // Request asks a store for one slot of N units.

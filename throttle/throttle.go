@@ -352,6 +352,17 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 		if w.err != nil {
 			return nil, w.err
 		}
+		if paused := t.lostPause(tg, w); paused > 0 {
+			if hasDeadline {
+				if dl, _ := ctx.Deadline(); paused > dl.Sub(t.cfg.now()) {
+					return nil, deadlineError(tg.name, paused)
+				}
+			}
+			if err := t.sleepThroughPause(ctx, tg, paused); err != nil {
+				return nil, t.sleepError(ctx, tg.name)
+			}
+			continue
+		}
 		if !w.grant.OK {
 			if hasDeadline && w.grant.Delay > maxWait {
 				if dl, _ := ctx.Deadline(); w.grant.Delay > dl.Sub(t.cfg.now()) {
@@ -363,17 +374,6 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 				reach = w.ahead
 			}
 			if err := t.sleepThroughPause(ctx, tg, max(w.grant.Delay-reach, time.Millisecond)); err != nil {
-				return nil, t.sleepError(ctx, tg.name)
-			}
-			continue
-		}
-		if paused := t.lostPause(tg, w); paused > 0 {
-			if hasDeadline {
-				if dl, _ := ctx.Deadline(); paused > dl.Sub(t.cfg.now()) {
-					return nil, deadlineError(tg.name, paused)
-				}
-			}
-			if err := t.sleepThroughPause(ctx, tg, paused); err != nil {
 				return nil, t.sleepError(ctx, tg.name)
 			}
 			continue
@@ -434,13 +434,14 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 	return decision(w.state, w.grant), nil
 }
 
-// lostPause checks a store's grant against the fleet's pause as this
-// process last heard of it. A grant inside that pause means the store has
-// lost it (Redis restarted empty): lostPause gives the slot back, tells the
-// store of the pause again, so that the rest of the fleet holds back too,
-// and returns what is left of it; otherwise it returns 0.
+// lostPause checks a store's decision against the fleet's pause as this
+// process last heard of it. A slot inside that pause, granted or not,
+// means the store has lost it (Redis restarted empty): lostPause gives a
+// granted slot back, tells the store of the pause again, so that the rest
+// of the fleet holds back too, and returns what is left of it; otherwise
+// it returns 0.
 func (t *Throttler) lostPause(tg *target, w *waiter) time.Duration {
-	if !w.grant.OK || w.via != viaStore {
+	if w.via != viaStore {
 		return 0
 	}
 	now := t.cfg.now()
@@ -452,7 +453,9 @@ func (t *Throttler) lostPause(tg *target, w *waiter) time.Duration {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
 	defer cancel()
-	_ = t.store.Cancel(ctx, tg.name, w.req.ID, w.req.N)
+	if w.grant.OK {
+		_ = t.store.Cancel(ctx, tg.name, w.req.ID, w.req.N)
+	}
 	_, _ = t.store.Pause(ctx, tg.name, paused)
 	return paused
 }
@@ -546,7 +549,7 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 	}
 	v, ok := t.targets.Load(key)
 	if !ok {
-		v, _ = t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin, t.cfg.maxBatch))
+		v, _ = t.targets.LoadOrStore(key, newTarget(key, rule, t.cfg.margin, t.cfg.maxAhead, t.cfg.maxBatch))
 	}
 	tg := v.(*target)
 	if t.hostCount.Add(1) > maxCachedHosts {

@@ -94,7 +94,8 @@
 --   least gap after the latest entry, and at least window after the
 --   (limit-n+1)-th most recent entry. A request whose slot is further away
 --   than its max wait is refused and writes nothing.
---   Reply: {now, then per target: remaining, reset us (until the log is
+--   Reply: {now, then per target: remaining (-1: none, for the young
+--           store's hold), reset us (until the log is
 --           empty), live processes (negative when this call's mark added
 --           the process to them: it joined, or came back after it dropped
 --           out), pause us, then per request: the delay us to its slot
@@ -531,7 +532,7 @@ if op == 'reserve' then
       end
     end
 
-    local lost, young = false, false
+    local lost, young, held = false, false, false
     if len == 0 then
       -- The entry this process saw last is gone, and no cancel took it.
       if seen > cutoff and seen > cancelled and seen + window > pause then
@@ -551,8 +552,9 @@ if op == 'reserve' then
       end
       if ahead == 0 then ahead = window end
       local hold = epoch + ahead + window
-      if hold > now and hold > pause then
-        pause, young = hold, true
+      if hold > now and hold >= pause then
+        held = true
+        if hold > pause then pause, young = hold, true end
       end
     end
     -- The block's fixed values, filled in once its requests are decided.
@@ -749,6 +751,7 @@ if op == 'reserve' then
 
     local remaining = limit - len - nn
     if remaining < 0 or pause > 0 then remaining = 0 end
+    if held then remaining = -1 end
     local reset = 0
     if last then reset = last + window - now end
     local paused = 0

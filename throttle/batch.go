@@ -175,6 +175,9 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 		tg.pauseUntil(mid.Add(st.Paused))
 		_, _ = t.local.Pause(ctx, tg.name, st.Paused)
 	}
+	if st.Young {
+		t.logYoung(tg, now, st.Paused)
+	}
 	liveness := t.liveness(tg)
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
@@ -195,6 +198,23 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 		tg.tail = end
 	}
 	return st, mid, nil
+}
+
+// youngLogEvery is how often at most a Throttler logs that a young
+// store holds its targets.
+const youngLogEvery = time.Minute
+
+// logYoung logs, at most once every youngLogEvery, that the store holds
+// tg for d because its data is young: otherwise a fleet started on a
+// fresh Redis, or after it restarted empty, seems stuck.
+func (t *Throttler) logYoung(tg *target, now time.Time, d time.Duration) {
+	last := t.youngLog.Load()
+	if now.UnixNano()-last < int64(youngLogEvery) || !t.youngLog.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	t.cfg.logger.Info("fleetgate: the store's data is new (Redis is new, restarted empty or was flushed) and logs may have been lost: "+
+		"targets found empty are held until a horizon and a window (two windows by default) after it began",
+		"target", tg.name, "held", d.Round(time.Millisecond))
 }
 
 // liveness is how long the store counts a process as live on tg after its

@@ -107,6 +107,35 @@ func peak(times []time.Time, window time.Duration) int {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// logRecorder is a slog.Handler that keeps every message.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, rec.Message)
+	return nil
+}
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+// count returns how many messages contain s.
+func (r *logRecorder) count(s string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, m := range r.msgs {
+		if strings.Contains(m, s) {
+			n++
+		}
+	}
+	return n
+}
+
 // runFleet runs 3 independent clients (each a go-redis client hooked into
 // calls, a RedisStore and a Throttler with rule, margin and a liveness of
 // window) × 8 goroutines calling Wait for 3 seconds, goroutine g on
@@ -326,7 +355,8 @@ func TestFleetSurvivesRedisRestart(t *testing.T) {
 // new one, it would book a full window on top of the slots the first still
 // sends. On the server's clock, every booking of both processes leaves at
 // most N in any window, and both admit again once the young store's hold
-// (a horizon and a window) has passed.
+// (a horizon and a window) has passed. The newcomer says why it waits,
+// once.
 func TestAFlushedStoreHoldsANewcomer(t *testing.T) {
 	srv := redistest.StartServer(t)
 	admin := srv.Client(t)
@@ -339,16 +369,20 @@ func TestAFlushedStoreHoldsANewcomer(t *testing.T) {
 	rules, err := ParseRules("*=10/400ms")
 	require.NoError(t, err)
 	var calls scriptCounter
+	logs := &logRecorder{}
 	process := func() *Throttler {
 		client := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		client.AddHook(&calls)
 		t.Cleanup(func() { client.Close() })
 		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
 		require.NoError(t, err)
+		logger := quietLogger()
 		if calls.n.Load() == 0 { // the first process: the store has long been in use
 			ageData(t, admin, s)
+		} else {
+			logger = slog.New(logs)
 		}
-		tr, err := New(rules, WithStore(s), WithMargin(margin), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		tr, err := New(rules, WithStore(s), WithMargin(margin), WithStoreTimeout(time.Second), WithLogger(logger))
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })
 		return tr
@@ -376,5 +410,6 @@ func TestAFlushedStoreHoldsANewcomer(t *testing.T) {
 	defer calls.mu.Unlock()
 	require.LessOrEqual(t, peak(calls.slots, window+margin), limit, "bookings in one window, on the server's clock")
 	require.Positive(t, newcomer.Load(), "the newcomer admits once the hold has passed")
+	require.Equal(t, 1, logs.count("the store's data is new"), "the newcomer says why it waits: %q", logs.msgs)
 	t.Logf("first process %d, newcomer %d admissions", first.Load(), newcomer.Load())
 }

@@ -538,7 +538,8 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 	}
 	live := vals[2]
 	return State{
-		Remaining:  int(vals[0]),
+		Remaining:  int(max(vals[0], 0)),
+		Young:      vals[0] < 0,
 		ResetAfter: fromUS(reset),
 		Live:       int(max(live, -live)),
 		Joined:     live < 0,

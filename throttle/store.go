@@ -80,6 +80,7 @@ type State struct {
 	Joined     bool          // this call added this process to Live: its first call, or its first since it dropped out (the others' counts may lack it); a MemoryStore, one process alone, never sets it, and a Store that counts processes but never sets it makes a process that came back count as one of long standing in the fallback
 	Tail       time.Duration // until the latest entry's slot; 0 when none is in the future
 	Paused     time.Duration // what is left of the pause; 0 when there is none
+	Young      bool          // the pause is a RedisStore's hold on a target found empty while the store's data is young (see Limit.Ahead)
 }
 
 // Entry is one log entry for Restore: request ID's N units at the store's

@@ -32,7 +32,8 @@ type Throttler struct {
 	hostCount atomic.Int64
 	targets   sync.Map // target name -> *target
 	degraded  atomic.Int64
-	deadlines deadlines // of store calls
+	deadlines deadlines    // of store calls
+	youngLog  atomic.Int64 // when a young store's hold was last logged (unix ns)
 
 	probeMu  sync.Mutex // guards the shared probe result
 	probeAt  time.Time

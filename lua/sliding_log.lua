@@ -38,13 +38,13 @@
 --          "<pause>[:<live>[:<cancelled>]]", which is still read (as a log
 --          in the list).
 --   procs  sorted set: member = process id, score = last seen (us)
--- cancel, pause and restore take one target (KEYS[1..3]); reserve takes
--- one or more (on a single node, where keys of many slots may meet), then
--- one more key:
+-- cancel and pause take one target (KEYS[1..3]); restore one target and
+-- the epoch key (KEYS[4]); reserve one or more targets (on a single node,
+-- where keys of many slots may meet), then the epoch key:
 --   epoch  when the store's data began, as far as this script knows (us),
---          and when the key expires (us), 16 bytes: set when a reserve
---          finds it missing, and kept half of EPOCH_TTL to all of it
---          after the latest reserve that read it. On a single node one
+--          and when the key expires (us), 16 bytes: set when a reserve or
+--          a restore finds it missing, and kept half of EPOCH_TTL to all
+--          of it after the latest one that read it. On a single node one
 --          epoch key serves every target; on a Cluster each slot has one,
 --          which the slot's targets share. Redis that lost its data
 --          (restarted empty, flushed) lost the epoch with it, so a young
@@ -108,9 +108,12 @@
 -- pause:   ARGV[2] duration us (0 reads the pause), ARGV[3] liveness us
 --          (how long meta keeps the count). The pause only grows.
 --          Reply: {now, pause us remaining}.
--- restore: ARGV[2] window us, then pairs: member, age us (the entry's slot is
---          now - age, negative ages are future slots). A member already in
---          the log keeps one entry, at the later of its two slots.
+-- restore: ARGV[2] window us, ARGV[3] ahead us (as reserve's), then pairs:
+--          member, age us (the entry's slot is now - age, negative ages are
+--          future slots); KEYS[4] the epoch key. A member already in the
+--          log keeps one entry, at the later of its two slots. A target
+--          without meta while the epoch is young is held as reserve holds
+--          an empty one: restored entries must not hide a lost log.
 --          Reply: {now, entries written}.
 --
 -- Every reserve or restore that writes makes sure the log's TTL lasts a
@@ -150,11 +153,8 @@ local call, pcall = redis.call, redis.pcall
 -- less than one more command.
 local INLINE_MAX = 64
 
--- EPOCH_TTL: how long (us) the epoch key outlives the latest reserve that
--- read it. Were it gone while the data is not, the next target found
--- empty would be held as if the data were young. EPOCH: a test's fixed
--- epoch (nil: the epoch key's).
-local EPOCH_TTL, EPOCH = 86400000000, nil
+-- EPOCH: a test's fixed epoch (nil: the epoch key's).
+local EPOCH = nil
 
 local now
 if (string.byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a time
@@ -259,6 +259,26 @@ local function helpers(listOnly)
       call('SET', metakey, v, 'KEEPTTL')
     end
     return v
+  end
+
+  -- EPOCH_TTL: the epoch key's TTL (us), a day. Were the key gone while
+  -- the data is not, the next target found empty would be held as if
+  -- the data were young.
+  local EPOCH_TTL = 86400000000
+
+  -- epoch returns when the store's data began (us): fixed is a test's
+  -- value, else the epoch key's, set to now when missing, and its TTL
+  -- renewed once less than half of it is left.
+  function h.epoch(epochkey, now, fixed)
+    if fixed then return fixed end
+    local v, epoch, x = call('GET', epochkey), nil, 0
+    if type(v) == 'string' and #v == 16 then epoch, x = struct.unpack('>i8i8', v) end
+    if not epoch then epoch = now end -- none: the data begins now
+    if x - now < EPOCH_TTL / 2 then
+      call('SET', epochkey, spack('>i8i8', epoch, now + EPOCH_TTL), 'PX', fmt('%d', EPOCH_TTL / 1000))
+    end
+    if epoch > now then return now end -- a server clock set back
+    return epoch
   end
 
   -- spare is how long a log outlives its last slot's window at least:
@@ -542,13 +562,8 @@ if op == 'reserve' then
       -- The store's data is young: it may have lost a log full up to
       -- ahead past the epoch, which this process never saw.
       if not epoch then
-        local v, x = call('GET', epochkey), 0
-        if type(v) == 'string' and #v == 16 then epoch, x = sunpack('>i8i8', v) end
-        if not epoch then epoch = now end -- none: the data begins now
-        if x - now < EPOCH_TTL / 2 then
-          call('SET', epochkey, spack('>i8i8', epoch, now + EPOCH_TTL), 'PX', fmt('%d', EPOCH_TTL / 1000))
-        end
-        if epoch > now then epoch = now end -- a server clock set back
+        H = H or helpers(INLINE_MAX == 0)
+        epoch = H.epoch(epochkey, now)
       end
       if ahead == 0 then ahead = window end
       local hold = epoch + ahead + window
@@ -873,14 +888,21 @@ elseif op == 'pause' then
   return {now, left}
 
 elseif op == 'restore' then
-  local window = tonumber(ARGV[2])
-  if not window or window < 1 then return redis.error_reply('fleetgate: bad restore window') end
+  local window, ahead = tonumber(ARGV[2]), tonumber(ARGV[3])
+  if not window or window < 1 or not ahead or ahead < 0 or #KEYS ~= 4 then
+    return redis.error_reply('fleetgate: bad restore arguments')
+  end
   -- The log's live entries; the dead ones before them are cut first, so
   -- that a member whose entry is dead gets one entry, not two. An old log
   -- is upgraded as reserve's read does it (written twice: a shared helper
   -- cost every reserve 1.5-2.5% more server instructions).
   local m = call('GET', metakey)
   local pause, live, cancelled, expires, mexp, ni, payload = H.parse_meta(m)
+  if not m then
+    if ahead == 0 then ahead = window end
+    local hold = H.epoch(KEYS[4], now, EPOCH) + ahead + window
+    if hold > now and hold > pause then pause = hold end
+  end
   local all
   if ni >= 0 then
     all = H.entries(payload, ni)
@@ -911,7 +933,7 @@ elseif op == 'restore' then
     call('LTRIM', log, fmt('%d', #all - #old), '-1')
   end
   local want, moved = {}, {} -- member -> its new slot; members whose entry moves later
-  for i = 3, #ARGV - 1, 2 do
+  for i = 4, #ARGV - 1, 2 do
     local age = tonumber(ARGV[i + 1])
     local m = ARGV[i]
     if age and now - age > now - window and (want[m] or have[m] or now - age - 1) < now - age then

@@ -232,8 +232,9 @@ func TestSharedStoreKeepsEntriesApart(t *testing.T) {
 // than a horizon and a window ago may have lost logs that a newcomer never
 // saw (Redis restarted empty, or was flushed), so it holds every target it
 // finds empty until then: every slot booked before the loss lay at most a
-// horizon ahead. The epoch is set when first needed, kept, and renewed
-// when half its TTL is gone.
+// horizon ahead; a restore that finds the target new holds it too. The
+// epoch is set when first needed, kept, and renewed when half its TTL is
+// gone.
 func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	s, client := startStore(t)
 	require.NoError(t, client.Del(context.Background(), s.epochArg.(string)).Err()) // a new store
@@ -280,6 +281,11 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	g, st = reserve("a.example", lim, -1)
 	require.Equal(t, 1500*time.Millisecond, g.Delay, "a target with entries keeps the hold in meta")
 	require.False(t, st.Young, "a pause like any other")
+	// Entries a process restores (leaving its fallback) must not hide the
+	// lost log: the restore holds the target too.
+	require.NoError(t, s.Restore(ctx, "r.example", lim.Window, []Entry{{ID: nextID(), N: 1}}))
+	g, _ = reserve("r.example", lim, -1)
+	require.Equal(t, 1500*time.Millisecond, g.Delay, "restored entries keep the hold")
 
 	clock.Advance(1500 * time.Millisecond)
 	g, st = reserve("d.example", lim, 0)

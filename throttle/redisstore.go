@@ -666,9 +666,19 @@ func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) 
 	return fromUS(vals[1]), nil
 }
 
-// Restore implements Store.
+// Restore implements Store. A target found without meta while the store's
+// data is young is held as Reserve holds it, with the horizon of this
+// process's latest Reserve on it (else a window).
 func (s *RedisStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
-	args := []any{s.op("restore"), us(window)}
+	rt := s.target(target)
+	var ahead time.Duration
+	if a := rt.args.Load(); a != nil {
+		ahead = a.lim.Ahead
+	}
+	args := []any{s.op("restore"), us(window), us(ahead)}
+	if s.script != nil { // another release's: no horizon
+		args = args[:2]
+	}
 	for _, e := range entries {
 		m := s.member(e.ID)
 		if e.N <= 1 {
@@ -679,14 +689,33 @@ func (s *RedisStore) Restore(ctx context.Context, target string, window time.Dur
 			args = append(args, m+"."+strconv.Itoa(j), us(e.Age))
 		}
 	}
-	_, err := s.run(ctx, target, 2, args)
+	if s.script != nil {
+		_, err := s.run(ctx, target, 2, args)
+		return err
+	}
+	global := s.batch.Load()
+	keys := append(slices.Clip(rt.keyArgs), s.epochArg)
+	if !global {
+		keys[3] = rt.epochArg(s, target)
+	}
+	_, err := s.runKeys(ctx, target, keys, 2, args)
+	if err != nil && global && redis.HasErrorPrefix(errors.Unwrap(err), "CROSSSLOT") {
+		// A plain client on a cluster-mode server, as in reserve.
+		s.batch.Store(false)
+		keys[3] = rt.epochArg(s, target)
+		_, err = s.runKeys(ctx, target, keys, 2, args)
+	}
 	return err
 }
 
 // run executes a one-target op of the script and checks that the reply is
 // an array of at least want integers.
 func (s *RedisStore) run(ctx context.Context, target string, want int, args []any) ([]int64, error) {
-	keys := s.target(target).keyArgs
+	return s.runKeys(ctx, target, s.target(target).keyArgs, want, args)
+}
+
+// runKeys is run with the keys given.
+func (s *RedisStore) runKeys(ctx context.Context, target string, keys []any, want int, args []any) ([]int64, error) {
 	vals, err := s.eval(ctx, s.theScript(), slices.Concat(scriptArgs(len(keys), len(keys)+len(args)), keys, args), want)
 	if err != nil {
 		return nil, fmt.Errorf("redis store: %s %q: %w", args[0], target, err)

@@ -560,10 +560,17 @@ if op == 'reserve' then
         pause = seen + window -- the log was lost: count it as full
       end
       -- The store's data is young: it may have lost a log full up to
-      -- ahead past the epoch, which this process never saw.
+      -- ahead past the epoch, which this process never saw. (H.epoch in
+      -- line: making the helpers cost an empty log's decision 12% more.)
       if not epoch then
-        H = H or helpers(INLINE_MAX == 0)
-        epoch = H.epoch(epochkey, now)
+        local v, x = call('GET', epochkey), 0
+        if type(v) == 'string' and #v == 16 then epoch, x = sunpack('>i8i8', v) end
+        if not epoch then epoch = now end -- none: the data begins now
+        if x - now < 43200000000 then -- less than half of EPOCH_TTL left
+          H = H or helpers(INLINE_MAX == 0)
+          H.epoch(epochkey, now)
+        end
+        if epoch > now then epoch = now end -- a server clock set back
       end
       if ahead == 0 then ahead = window end
       local hold = epoch + ahead + window

@@ -112,8 +112,8 @@
 --          member, age us (the entry's slot is now - age, negative ages are
 --          future slots); KEYS[4] the epoch key. A member already in the
 --          log keeps one entry, at the later of its two slots. A target
---          without meta while the epoch is young is held as reserve holds
---          an empty one: restored entries must not hide a lost log.
+--          whose log is empty while the epoch is young is held as reserve
+--          holds it: restored entries must not hide a lost log.
 --          Reply: {now, entries written}.
 --
 -- Every reserve or restore that writes makes sure the log's TTL lasts a
@@ -905,11 +905,6 @@ elseif op == 'restore' then
   -- cost every reserve 1.5-2.5% more server instructions).
   local m = call('GET', metakey)
   local pause, live, cancelled, expires, mexp, ni, payload = H.parse_meta(m)
-  if not m then
-    if ahead == 0 then ahead = window end
-    local hold = H.epoch(KEYS[4], now, EPOCH) + ahead + window
-    if hold > now and hold > pause then pause = hold end
-  end
   local all
   if ni >= 0 then
     all = H.entries(payload, ni)
@@ -931,6 +926,12 @@ elseif op == 'restore' then
       old[#old + 1], last = e, slot
       have[sub(e, MEMBER)] = slot
     end
+  end
+  if #old == 0 then -- as reserve: an empty log may be a lost one
+    if ahead == 0 then ahead = window end
+    local hold = H.epoch(KEYS[4], now, EPOCH) + ahead + window
+    if pause <= now then pause = 0 end
+    if hold > now and hold > pause then pause = hold end
   end
   if ni >= 0 then
     -- Written anew below, if at all.

@@ -81,6 +81,7 @@ type RedisStore struct {
 	script    *script        // tests only: another release's script, which takes a reserve's arguments as 958864a did
 	readEpoch bool           // tests only: with a fixed time, read the epoch key too (else the data counts as old)
 	epochArg  any            // the epoch key of a run of many targets (a single node)
+	ahead     atomic.Int64   // the latest Limit.Ahead a Reserve passed, µs: a Restore's for a target with none
 
 	targets sync.Map // target name -> *redisTarget
 	count   atomic.Int64
@@ -402,10 +403,11 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		}
 		send = append(send, c)
 	}
+	batching := s.batch.Load() // once: another run may turn it off meanwhile
 	switch {
 	case len(send) == 0:
 		return
-	case len(send) > 1 && !s.batch.Load(): // turned off since the batch formed
+	case len(send) > 1 && !batching: // turned off since the batch formed
 		for _, c := range send {
 			s.reserve([]*reserveCall{c})
 		}
@@ -416,7 +418,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	// The epoch key last: on a single node one for every target, else the
 	// one in the target's slot. (Another release's script takes none.)
 	legacy := s.script != nil
-	global := !legacy && s.batch.Load() // the run carries the node's epoch key
+	global := !legacy && batching // the run carries the node's epoch key
 	nkeys, nargs, nnums := 1, 2, 0
 	if legacy {
 		nkeys = 0
@@ -445,6 +447,9 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	for _, c := range calls {
 		liveness := livenessFor(s.liveness, c.lim.Window)
 		la := c.rt.limitArgs(c.lim, liveness)
+		if a := us(c.lim.Ahead); a != 0 && s.ahead.Load() != a {
+			s.ahead.Store(a)
+		}
 		hb := la.quiet
 		if c.marking = c.rt.heartbeatDue(liveness); c.marking != 0 {
 			hb = la.heartbeat
@@ -482,7 +487,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		c.sent = sent
 	}
 	vals, err := s.eval(ctx, s.theScript(), args, want)
-	if err != nil && global && redis.HasErrorPrefix(err, "CROSSSLOT") {
+	if err != nil && (global || len(calls) > 1) && redis.HasErrorPrefix(err, "CROSSSLOT") {
 		// A plain client on a cluster-mode server: each target alone, with
 		// the epoch key of its slot, from now on.
 		s.batch.Store(false)
@@ -666,16 +671,16 @@ func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) 
 	return fromUS(vals[1]), nil
 }
 
-// Restore implements Store. A target found without meta while the store's
+// Restore implements Store. A target whose log is empty while the store's
 // data is young is held as Reserve holds it, with the horizon of this
-// process's latest Reserve on it (else a window).
+// process's latest Reserve on it, or on any target (else a window).
 func (s *RedisStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
 	rt := s.target(target)
-	var ahead time.Duration
+	ahead := s.ahead.Load()
 	if a := rt.args.Load(); a != nil {
-		ahead = a.lim.Ahead
+		ahead = us(a.lim.Ahead)
 	}
-	args := []any{s.op("restore"), us(window), us(ahead)}
+	args := []any{s.op("restore"), us(window), ahead}
 	if s.script != nil { // another release's: no horizon
 		args = args[:2]
 	}

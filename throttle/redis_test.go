@@ -310,6 +310,27 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	at, expires, _ = epoch()
 	require.Equal(t, start, at, "a renewal keeps the epoch")
 	require.Equal(t, clock.us.Load()+(24*time.Hour).Microseconds(), expires, "and moves its expiry")
+
+	// A mark on a target in use keeps the key; one that expired under a
+	// log in use comes back old, so that no target is held for it.
+	busy := Limit{Limit: 5, Window: 24 * time.Hour} // its log is not empty below
+	g, _ = reserve("m.example", busy, -1)
+	require.True(t, g.OK)
+	clock.Advance(13 * time.Hour)
+	s.target("m.example").marked.Store(0) // a mark is due
+	g, _ = reserve("m.example", busy, -1)
+	require.True(t, g.OK)
+	_, expires, _ = epoch()
+	require.Equal(t, clock.us.Load()+(24*time.Hour).Microseconds(), expires, "a mark renews the key")
+	require.NoError(t, client.Del(ctx, s.epochArg.(string)).Err()) // it expired
+	s.target("m.example").marked.Store(0)
+	g, _ = reserve("m.example", busy, -1)
+	require.True(t, g.OK)
+	at, _, _ = epoch()
+	require.Zero(t, at, "made again under a log in use: the data is old")
+	g, st = reserve("n.example", lim, 0)
+	require.True(t, g.OK, "a new target is not held")
+	require.False(t, st.Young)
 }
 
 // TestLostLogHoldsTheTarget: Redis loses the log between two calls, so no

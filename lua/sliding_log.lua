@@ -44,13 +44,17 @@
 --   epoch  when the store's data began, as far as this script knows (us),
 --          and when the key expires (us), 16 bytes: set when a reserve or
 --          a restore finds it missing, and kept half of EPOCH_TTL to all
---          of it after the latest one that read it. On a single node one
---          epoch key serves every target; on a Cluster each slot has one,
---          which the slot's targets share. Redis that lost its data
+--          of it after the latest one that read it, or a heartbeat mark
+--          renewed it. On a single node one epoch key serves every
+--          target; on a Cluster each slot has one, which the slot's
+--          targets share, and each store makes and renews every slot's
+--          once an hour (op epoch): made only when first read, a slot's
+--          key would hold its first target as if the data were young,
+--          long after the data began. Redis that lost its data
 --          (restarted empty, flushed) lost the epoch with it, so a young
 --          epoch tells that the logs may have been lost a moment ago.
 --
--- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore". The script reads
+-- ARGV[1] op: "reserve" | "cancel" | "pause" | "restore" | "epoch". The script reads
 --         the server clock; tests may fix it, in us, after an '@' (say
 --         "reserve@1700000000000000"), set INLINE_MAX after a '/'
 --         ("reserve/0": every log in the list), and fix the epoch after a
@@ -108,6 +112,9 @@
 -- pause:   ARGV[2] duration us (0 reads the pause), ARGV[3] liveness us
 --          (how long meta keeps the count). The pause only grows.
 --          Reply: {now, pause us remaining}.
+-- epoch:   KEYS: epoch keys. Makes each missing one, renews each with less
+--          than half its TTL left. A store on a Cluster runs it for every
+--          slot's key (see epoch, above). Reply: {now, keys made}.
 -- restore: ARGV[2] window us, ARGV[3] ahead us (as reserve's), then pairs:
 --          member, age us (the entry's slot is now - age, negative ages are
 --          future slots); KEYS[4] the epoch key. A member already in the
@@ -1012,6 +1019,17 @@ elseif op == 'restore' then
   if not m then keep = expires - now end
   H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp)
   return {now, #add}
+elseif op == 'epoch' then
+  -- Every key is an epoch key (on a Cluster one per call): a missing one is
+  -- made (its slot's data begins now), one with less than half its TTL
+  -- left renewed. Reply: {now, keys made}.
+  local made = 0
+  for i = 1, #KEYS do
+    local epochkey = KEYS[i]
+    if call('EXISTS', epochkey) == 0 then made = made + 1 end
+    H.epoch(epochkey, now, EPOCH)
+  end
+  return {now, made}
 end
 
 return redis.error_reply('fleetgate: unknown op ' .. tostring(op))

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,6 +332,43 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	g, st = reserve("n.example", lim, 0)
 	require.True(t, g.OK, "a new target is not held")
 	require.False(t, st.Young)
+}
+
+// TestAClusterStoreKeepsEverySlotsEpoch: on a Cluster the store makes the
+// epoch key of every slot at its first decision, each with a TTL of a day,
+// so that a target of a slot no decision read yet is not held as if the
+// data were young long after it began; Close stops that upkeep.
+func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
+	client := redistest.StartCluster(t).Client(t)
+	ctx := context.Background()
+	prefix := redistest.KeyPrefix(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+	require.NoError(t, err)
+	_, err = s.Reserve(ctx, "a.example", Limit{Limit: 1, Window: time.Second}, []Request{{ID: 1, N: 1}}, make([]Grant, 1))
+	require.NoError(t, err)
+	count := func() int {
+		var n atomic.Int64
+		require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			keys, err := m.Keys(ctx, prefix+"{~*}:epoch").Result()
+			n.Add(int64(len(keys)))
+			return err
+		}))
+		return int(n.Load())
+	}
+	require.Eventually(t, func() bool { return count() == slots }, 10*time.Second, 50*time.Millisecond, "every slot's epoch")
+	for _, target := range []string{"b.example", "c.example", "10.0.0.1"} {
+		ttl, err := client.PTTL(ctx, s.epochKey(target)).Result()
+		require.NoError(t, err)
+		require.Greater(t, ttl, 23*time.Hour, target)
+		require.LessOrEqual(t, ttl, 24*time.Hour, target)
+	}
+	require.NoError(t, s.Close())
+	select {
+	case <-s.keeperRun:
+	default:
+		t.Fatal("Close returned before the upkeep stopped")
+	}
+	require.NoError(t, s.Close(), "a second Close")
 }
 
 // TestLostLogHoldsTheTarget: Redis loses the log between two calls, so no

@@ -61,10 +61,11 @@ const DefaultKeyPrefix = "fleetgate:"
 // with it. A process that saw a target's log notices (an empty log where
 // its latest slot should be) and holds the target until a window after
 // that slot. A process that did not cannot tell a lost log from an
-// unused one; so the store keeps one more key per node (per Cluster slot
-// on a Cluster) with the time its data began, set by the first decision
-// that finds it missing and kept half a day to a day past the latest
-// decision that read it, and while the data is younger than a horizon
+// unused one; so the store keeps one more key per node (per slot on a
+// Cluster) with the time its data began, set by the first decision that
+// finds it missing and kept a day, renewed while targets are in use (on a
+// Cluster, a goroutine renews every slot's hourly from the first
+// decision until Close), and while the data is younger than a horizon
 // (Limit.Ahead) and a window, a target found empty is held until then.
 // A fresh Redis holds each target that long once.
 //
@@ -88,6 +89,11 @@ type RedisStore struct {
 
 	batch atomic.Bool               // Reserve calls of any targets share script runs (single node)
 	calls groupCommit[*reserveCall] // the shared runs
+
+	keeper    sync.Once     // starts keepEpochs, on a store that does not batch
+	stop      chan struct{} // closed by Close: keepEpochs returns
+	keeperRun chan struct{} // closed when keepEpochs has returned (nil: never started)
+	closing   sync.Once
 }
 
 // redisTarget is what a RedisStore keeps per target between calls.
@@ -196,11 +202,12 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 	s.epochArg = s.prefix + "epoch"
 	if s.inlineMax != "" {
 		s.ops = make(map[string]any)
-		for _, name := range []string{"reserve", "cancel", "pause", "restore"} {
+		for _, name := range []string{"reserve", "cancel", "pause", "restore", "epoch"} {
 			s.ops[name] = s.fullOp(name)
 		}
 	}
 	s.calls = groupCommit[*reserveCall]{lanes: storeLanes, max: maxStoreBatch}
+	s.stop = make(chan struct{})
 	// A script may touch keys of many slots on a single node, not on a
 	// Cluster (nor a Ring, whose shards split targets too).
 	_, single := client.(*redis.Client)
@@ -220,8 +227,71 @@ func contextTimeouts(client redis.UniversalClient) bool {
 	return true
 }
 
-// Close implements Store; the client is left open.
-func (s *RedisStore) Close() error { return nil }
+// Close implements Store: it stops the store's upkeep of the epoch keys on
+// a Cluster. The client is left open.
+func (s *RedisStore) Close() error {
+	s.closing.Do(func() {
+		close(s.stop)
+		s.keeper.Do(func() {}) // none starts from now on
+	})
+	if s.keeperRun != nil {
+		<-s.keeperRun
+	}
+	return nil
+}
+
+// epochEvery is how often a store that does not batch (on a Cluster) makes
+// and renews the epoch key of every slot; epochRetry how soon it tries
+// again after a failure. The keys last a day and are renewed once less than
+// half of that is left.
+const (
+	epochEvery = time.Hour
+	epochRetry = time.Minute
+)
+
+// keepEpochs makes and renews every slot's epoch key, at once and then
+// every epochEvery, until Close. A key made when first read would hold the
+// first target of every slot as if the data were young.
+func (s *RedisStore) keepEpochs() {
+	defer close(s.keeperRun)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s.renewEpochs(ctx)
+		cancel()
+		wait := epochEvery
+		if err != nil {
+			wait = epochRetry
+		}
+		select {
+		case <-s.stop:
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// renewEpochs runs the script's epoch op for every slot's epoch key, in
+// one pipeline (split by node on a Cluster).
+func (s *RedisStore) renewEpochs(ctx context.Context) error {
+	if err := s.client.ScriptLoad(ctx, slidingLog.src).Err(); err != nil {
+		return err
+	}
+	cmds, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for sl := range slots {
+			p.EvalSha(ctx, slidingLog.sha, []string{s.prefix + "{" + slotTag(sl) + "}:epoch"}, "epoch")
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // Process returns this store's process id, as it appears in entry names and
 // in the heartbeat.
@@ -319,6 +389,10 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	c := &reserveCall{ctx: ctx, entered: time.Now(), rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
 	c.rt.used.Store(c.entered.UnixNano())
 	if !s.batch.Load() {
+		s.keeper.Do(func() {
+			s.keeperRun = make(chan struct{})
+			go s.keepEpochs()
+		})
 		s.reserve([]*reserveCall{c})
 	} else if !s.calls.do(ctx, c, s.reserve, failCalls) {
 		return State{}, fmt.Errorf("redis store: reserve %q: %w", target, context.Cause(ctx))

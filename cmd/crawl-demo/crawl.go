@@ -58,12 +58,12 @@ func crawlFiles(ctx context.Context, cfg *config, in io.Reader, out io.Writer, s
 			return 2
 		}
 	}
-	thr, err := newThrottler(cfg, rules, rdb, log)
+	thr, closeThr, err := newThrottler(cfg, rules, rdb, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 2
 	}
-	defer thr.Close()
+	defer closeThr()
 	client := newFleetClient(cfg, thr, log, nil)
 	defer client.close()
 

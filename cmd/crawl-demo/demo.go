@@ -204,6 +204,7 @@ type fleet struct {
 // group is one "process" of the fleet.
 type group struct {
 	thr    *throttle.Throttler
+	close  func()                // with -redis: closes thr and its store
 	rdb    redis.UniversalClient // with -redis: the group's own client
 	client *fleetClient
 }
@@ -214,7 +215,7 @@ type group struct {
 func newFleet(ctx context.Context, cfg *config, rules *throttle.Rules, log *slog.Logger) (*fleet, error) {
 	f := &fleet{workers: cfg.workers, rec: &recorder{}}
 	if cfg.redis == nil {
-		thr, err := newThrottler(cfg, rules, nil, log)
+		thr, _, err := newThrottler(cfg, rules, nil, log) // closed by Close
 		if err != nil {
 			return nil, err
 		}
@@ -231,13 +232,13 @@ func newFleet(ctx context.Context, cfg *config, rules *throttle.Rules, log *slog
 					return nil, err
 				}
 			}
-			thr, err := newThrottler(cfg, rules, g.rdb, log.With("group", i+1))
+			thr, closeThr, err := newThrottler(cfg, rules, g.rdb, log.With("group", i+1))
 			if err != nil {
 				g.rdb.Close()
 				f.close()
 				return nil, err
 			}
-			g.thr = thr
+			g.thr, g.close = thr, closeThr
 		}
 		g.client = newFleetClient(cfg, g.thr, log.With("group", i+1), f.rec.observe)
 		f.groups = append(f.groups, g)
@@ -272,7 +273,7 @@ func (f *fleet) close() {
 	for _, g := range f.groups {
 		g.client.close()
 		if g.rdb != nil {
-			_ = g.thr.Close()
+			g.close()
 			_ = g.rdb.Close()
 		}
 	}

@@ -180,8 +180,8 @@ func scrub(msg, raw string, u *url.URL) string {
 
 // newThrottler returns a Throttler for rules with the command line's
 // options, on rdb when it is not nil (a RedisStore) or on its own
-// MemoryStore.
-func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient, log *slog.Logger) (*throttle.Throttler, error) {
+// MemoryStore, and what closes both.
+func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient, log *slog.Logger) (*throttle.Throttler, func(), error) {
 	opts := []throttle.Option{
 		throttle.WithMargin(cfg.margin),
 		throttle.WithStoreTimeout(cfg.storeTO),
@@ -196,11 +196,20 @@ func newThrottler(cfg *config, rules *throttle.Rules, rdb redis.UniversalClient,
 		}
 		store, err := throttle.NewRedisStore(rdb, ropts...)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		opts = append(opts, throttle.WithStore(store))
+		thr, err := throttle.New(rules, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return thr, func() { _ = thr.Close(); _ = store.Close() }, nil
 	}
-	return throttle.New(rules, opts...)
+	thr, err := throttle.New(rules, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	return thr, func() { _ = thr.Close() }, nil
 }
 
 // checkRedis probes the store once (throttle.RedisStore.Probe: it must

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sort"
@@ -268,10 +269,20 @@ func TestFleetPropertyManyTargets(t *testing.T) {
 	require.Positive(t, calls.multi, "runs shared between targets")
 }
 
-// TestFleetSurvivesRedisRestart kills Redis under a running fleet and brings
-// it back empty: with FailLocal, the target still never sees more than N in
-// any window, and the fleet keeps admitting during the outage and after.
+// TestFleetSurvivesRedisRestart kills Redis under a running fleet, whose
+// store has long been in use, and brings it back empty: with FailLocal, the
+// target still never sees more than N in any window, and the fleet keeps
+// admitting during the outage and after. Twice: as it is, the young
+// store's hold covers the recovery too; with the processes taking the data
+// for old, as after a restart that lost only the latest writes, the
+// replay of the fallback's admissions and shares alone must.
 func TestFleetSurvivesRedisRestart(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("data taken for old %v", old), func(t *testing.T) { fleetSurvivesRedisRestart(t, old) })
+	}
+}
+
+func fleetSurvivesRedisRestart(t *testing.T, old bool) {
 	srv := redistest.StartServer(t)
 	prefix := redistest.KeyPrefix(t)
 	const (
@@ -286,6 +297,8 @@ func TestFleetSurvivesRedisRestart(t *testing.T) {
 		t.Cleanup(func() { client.Close() })
 		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
 		require.NoError(t, err)
+		ageData(t, client, s)
+		s.oldData = old
 		tr, err := New(rules, WithStore(s), WithMargin(20*time.Millisecond), WithRecoveryGrace(300*time.Millisecond), WithLogger(quietLogger()))
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })

@@ -81,6 +81,7 @@ type RedisStore struct {
 	ops       map[string]any // op names with inlineMax, made by NewRedisStore
 	script    *script        // tests only: another release's script, which takes a reserve's arguments as 958864a did
 	readEpoch bool           // tests only: with a fixed time, read the epoch key too (else the data counts as old)
+	oldData   bool           // tests only: the data counts as old, with the real time too
 	epochArg  any            // the epoch key of a run of many targets (a single node)
 	ahead     atomic.Int64   // the latest Limit.Ahead a Reserve passed, µs: a Restore's for a target with none
 
@@ -323,7 +324,7 @@ func escapeTag(t string) string {
 // when a test fixes it. It is small enough to be inlined, so
 // that a constant name goes into the arguments without an allocation.
 func (s *RedisStore) op(name string) any {
-	if s.now != nil || s.inlineMax != "" {
+	if s.now != nil || s.inlineMax != "" || s.oldData {
 		return s.otherOp(name)
 	}
 	return name
@@ -358,7 +359,7 @@ func (s *RedisStore) fullOp(name string) string {
 	if s.inlineMax != "" {
 		name += "/" + s.inlineMax
 	}
-	if s.now != nil && !s.readEpoch && s.script == nil {
+	if (s.now != nil || s.oldData) && !s.readEpoch && s.script == nil {
 		name += "#0"
 	}
 	return name

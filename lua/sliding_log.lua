@@ -168,29 +168,24 @@ if (string.byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 else
-  -- Tests' forms: "<op>[@<time>][/<inline max>][#<epoch>]".
-  local hash = string.find(op, '#', 1, true)
-  if hash then
-    EPOCH = tonumber(sub(op, hash + 1))
-    if not EPOCH then return redis.error_reply('fleetgate: bad op ' .. op) end
-    op = sub(op, 1, hash - 1)
+  -- Tests' forms: "<op>[@<time>][/<inline max>][#<epoch>]", read from
+  -- the end: suffix cuts the number after mark off op.
+  local whole, bad = op, false
+  local function suffix(mark)
+    local i = string.find(op, mark, 1, true)
+    if not i then return nil end
+    local v = tonumber(sub(op, i + 1))
+    bad, op = bad or not v, sub(op, 1, i - 1)
+    return v
   end
-  local slash = string.find(op, '/', 1, true)
-  if slash then
-    INLINE_MAX = tonumber(sub(op, slash + 1))
-    if not INLINE_MAX then return redis.error_reply('fleetgate: bad op ' .. op) end
-    op = sub(op, 1, slash - 1)
-  end
-  local at = string.find(op, '@', 1, true)
-  if at then
-    now = tonumber(sub(op, at + 1))
-    if not now then return redis.error_reply('fleetgate: bad op ' .. op) end
-    op = sub(op, 1, at - 1)
-  elseif slash or hash then
+  EPOCH = suffix('#')
+  local inline = suffix('/')
+  now = suffix('@')
+  if bad or not (now or inline or EPOCH) then return redis.error_reply('fleetgate: bad op ' .. whole) end
+  INLINE_MAX = inline or INLINE_MAX
+  if not now then
     local t = call('TIME')
     now = t[1] * 1000000 + t[2]
-  else
-    return redis.error_reply('fleetgate: bad op ' .. op)
   end
 end
 

@@ -591,8 +591,14 @@ func TestScriptTakesATimeOnlyAfterAnAt(t *testing.T) {
 	require.NoError(t, err)
 	require.Positive(t, pttl, "a fixed time sets TTLs as the server clock would")
 
+	vals, err = pause("x.example", "pause@1700000000000000/2#0") // every test form at once
+	require.NoError(t, err)
+	require.Equal(t, int64(1_700_000_000_000_000), vals[0])
+
 	for op, msg := range map[string]string{
 		"pause@17000x00": "bad op pause@17000x00",
+		"pause#x1":       "bad op pause#x1",
+		"pause/2#0@1":    "bad op pause/2#0@1",
 		"pause17":        "bad op pause17",
 		"pause@soon":     "unknown op pause@soon",
 		"nap":            "unknown op nap",

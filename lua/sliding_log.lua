@@ -581,6 +581,18 @@ if op == 'reserve' then
         held = true
         if hold > pause then pause, young = hold, true end
       end
+    elseif pause > 0 then
+      -- A pause over a log in use may be the hold another call wrote: the
+      -- caller is told so, as the one that found the log empty was.
+      local e = epoch
+      if not e then
+        local v = call('GET', epochkey)
+        if type(v) == 'string' and #v == 16 then e = sunpack('>i8', v) end
+      end
+      if e then
+        if ahead == 0 then ahead = window end
+        held = e + ahead + window == pause
+      end
     end
     -- The block's fixed values, filled in once its requests are decided.
     local base = nr

@@ -279,7 +279,7 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	require.True(t, st.Young)
 	g, st = reserve("a.example", lim, -1)
 	require.Equal(t, 1500*time.Millisecond, g.Delay, "a target with entries keeps the hold in meta")
-	require.False(t, st.Young, "a pause like any other")
+	require.True(t, st.Young, "the hold an earlier call wrote is still the young store's")
 	// Entries a process restores (leaving its fallback) must not hide the
 	// lost log: the restore holds the target too.
 	require.NoError(t, s.Restore(ctx, "r.example", lim.Window, []Entry{{ID: nextID(), N: 1}}))
@@ -291,6 +291,11 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	require.NoError(t, s.Restore(ctx, "p.example", lim.Window, []Entry{{ID: nextID(), N: 1}}))
 	g, _ = reserve("p.example", lim, -1)
 	require.Equal(t, 1500*time.Millisecond, g.Delay, "restored entries after a pause keep the hold")
+	_, err = s.Pause(ctx, "a.example", 3*time.Second) // a 429's, longer
+	require.NoError(t, err)
+	g, st = reserve("a.example", lim, -1)
+	require.Equal(t, 3*time.Second, g.Delay)
+	require.False(t, st.Young, "a pause like any other")
 	g, _ = reserve("c.example", Limit{Limit: 5, Window: time.Second, Ahead: 3 * time.Second}, -1)
 	require.Equal(t, 3500*time.Millisecond, g.Delay, "a longer horizon holds longer")
 	require.NoError(t, s.Restore(ctx, "q.example", lim.Window, []Entry{{ID: nextID(), N: 1}}))

@@ -269,14 +269,13 @@ local function helpers(listOnly)
   local EPOCH_TTL = 86400000000
 
   -- epoch returns when the store's data began (us): fixed is a test's
-  -- value, else the epoch key's, set to missing (now when nil) when the
-  -- key is missing, and its TTL renewed once less than half of it is
-  -- left.
-  function h.epoch(epochkey, now, fixed, missing)
+  -- value, else the epoch key's, set to now when the key is missing, and
+  -- its TTL renewed once less than half of it is left.
+  function h.epoch(epochkey, now, fixed)
     if fixed then return fixed end
     local v, epoch, x = call('GET', epochkey), nil, 0
     if type(v) == 'string' and #v == 16 then epoch, x = struct.unpack('>i8i8', v) end
-    if not epoch then epoch = missing or now end -- none: the data begins now
+    if not epoch then epoch = now end -- none: the data begins now
     if x - now < EPOCH_TTL / 2 then
       call('SET', epochkey, spack('>i8i8', epoch, now + EPOCH_TTL), 'PX', fmt('%d', EPOCH_TTL / 1000))
     end
@@ -742,14 +741,14 @@ if op == 'reserve' then
     local beat = liveness > 0 or lost or young
     if liveness < 0 then liveness = -liveness end
     if beat and not epoch then
-      -- A mark keeps the epoch key as long as the target is in use. The
-      -- log is not empty here (an empty one read the epoch): every write
-      -- after a loss made the key, so a missing one expired and the data
-      -- is old.
+      -- A mark keeps the epoch key as long as the target is in use. One
+      -- that is missing is left so: processes of a release before the key
+      -- write logs after a loss without making it, so a log in use does
+      -- not tell that the data is old.
       local v = call('GET', epochkey)
-      if type(v) ~= 'string' or #v ~= 16 or sunpack('>i8', v, 9) - now < 43200000000 then
+      if type(v) == 'string' and #v == 16 and sunpack('>i8', v, 9) - now < 43200000000 then
         H = H or helpers(INLINE_MAX == 0)
-        H.epoch(epochkey, now, nil, 0)
+        H.epoch(epochkey, now)
       end
     end
     if beat then

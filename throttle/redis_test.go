@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -317,8 +318,9 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	require.Equal(t, start, at, "a renewal keeps the epoch")
 	require.Equal(t, clock.us.Load()+(24*time.Hour).Microseconds(), expires, "and moves its expiry")
 
-	// A mark on a target in use keeps the key; one that expired under a
-	// log in use comes back old, so that no target is held for it.
+	// A mark on a target in use keeps the key; one that is gone stays
+	// gone (a release before the key writes logs without it), and the
+	// next target found empty makes it anew, young.
 	busy := Limit{Limit: 5, Window: 24 * time.Hour} // its log is not empty below
 	g, _ = reserve("m.example", busy, -1)
 	require.True(t, g.OK)
@@ -328,15 +330,18 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 	require.True(t, g.OK)
 	_, expires, _ = epoch()
 	require.Equal(t, clock.us.Load()+(24*time.Hour).Microseconds(), expires, "a mark renews the key")
-	require.NoError(t, client.Del(ctx, s.epochArg.(string)).Err()) // it expired
+	require.NoError(t, client.Del(ctx, s.epochArg.(string)).Err()) // it expired, or a loss took it
 	s.target("m.example").marked.Store(0)
 	g, _ = reserve("m.example", busy, -1)
 	require.True(t, g.OK)
-	at, _, _ = epoch()
-	require.Zero(t, at, "made again under a log in use: the data is old")
+	n, err := client.Exists(ctx, s.epochArg.(string)).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "a mark does not make the key")
 	g, st = reserve("n.example", lim, 0)
-	require.True(t, g.OK, "a new target is not held")
-	require.False(t, st.Young)
+	require.False(t, g.OK, "the next target found empty is held")
+	require.True(t, st.Young)
+	at, _, _ = epoch()
+	require.Equal(t, clock.us.Load(), at)
 }
 
 // TestAClusterStoreKeepsEverySlotsEpoch: on a Cluster the store makes the
@@ -374,6 +379,37 @@ func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
 		t.Fatal("Close returned before the upkeep stopped")
 	}
 	require.NoError(t, s.Close(), "a second Close")
+}
+
+// TestCloseDoesNotWaitOnAHungNode: a node that takes the connection and
+// never answers holds the epoch upkeep's pass; Close returns within a
+// second anyway.
+func TestCloseDoesNotWaitOnAHungNode(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	client := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedisStore(client)
+	require.NoError(t, err)
+	s.batch.Store(false) // as after CROSSSLOT: it keeps every slot's epoch
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err = s.Reserve(ctx, "a.example", Limit{Limit: 1, Window: time.Second}, []Request{{ID: 1, N: 1}}, make([]Grant, 1))
+	require.Error(t, err)
+	require.NotNil(t, s.keeperRun, "the upkeep started")
+	start := time.Now()
+	require.NoError(t, s.Close())
+	require.Less(t, time.Since(start), 1500*time.Millisecond)
 }
 
 // TestLostLogHoldsTheTarget: Redis loses the log between two calls, so no

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -229,40 +230,76 @@ func contextTimeouts(client redis.UniversalClient) bool {
 }
 
 // Close implements Store: it stops the store's upkeep of the epoch keys on
-// a Cluster. The client is left open.
+// a Cluster, and waits for it (a pass in flight on a node that does not
+// answer ends at its own timeout; Close waits a second at most). The client
+// is left open.
 func (s *RedisStore) Close() error {
 	s.closing.Do(func() {
 		close(s.stop)
 		s.keeper.Do(func() {}) // none starts from now on
 	})
 	if s.keeperRun != nil {
-		<-s.keeperRun
+		select {
+		case <-s.keeperRun:
+		case <-time.After(time.Second):
+		}
 	}
 	return nil
 }
 
-// epochEvery is how often a store that does not batch (on a Cluster) makes
-// and renews the epoch key of every slot; epochRetry how soon it tries
-// again after a failure. The keys last a day and are renewed once less than
-// half of that is left.
+// epochEvery is how often a store on a Cluster makes and renews the epoch
+// key of every slot; epochRetry how soon it tries again the keys a pass
+// failed on. The keys last a day and are renewed once less than half of
+// that is left. Each wait is longer by up to a tenth, at random, so that a
+// fleet started together spreads its passes.
 const (
 	epochEvery = time.Hour
 	epochRetry = time.Minute
 )
 
+// keepsEpochs reports whether the store should keep every slot's epoch key:
+// on a Cluster, or through a plain client on a node in cluster mode (it no
+// longer batches). A Ring routes a slot's key to another shard than the
+// targets whose script runs read it, so there it would do nothing useful.
+func (s *RedisStore) keepsEpochs() bool {
+	switch s.client.(type) {
+	case *redis.ClusterClient:
+		return true
+	case *redis.Client:
+		return !s.batch.Load()
+	}
+	return false
+}
+
 // keepEpochs makes and renews every slot's epoch key, at once and then
-// every epochEvery, until Close. A key made when first read would hold the
-// first target of every slot as if the data were young.
+// every epochEvery, until Close; keys a pass failed on (a node down) are
+// tried again after epochRetry. A key made only when first read would hold
+// the first target of every slot as if the data were young.
 func (s *RedisStore) keepEpochs() {
 	defer close(s.keeperRun)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := s.renewEpochs(ctx)
-		cancel()
-		wait := epochEvery
-		if err != nil {
-			wait = epochRetry
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // Close ends a pass in flight
+		select {
+		case <-s.stop:
+			cancel()
+		case <-ctx.Done():
 		}
+	}()
+	all := make([]string, slots)
+	for sl := range all {
+		all[sl] = s.prefix + "{" + slotTag(sl) + "}:epoch"
+	}
+	keys := all
+	for {
+		pass, end := context.WithTimeout(ctx, 10*time.Second)
+		keys = s.renewEpochs(pass, keys)
+		end()
+		wait := epochRetry
+		if len(keys) == 0 {
+			keys, wait = all, epochEvery
+		}
+		wait += time.Duration(mrand.Int64N(int64(wait / 10)))
 		select {
 		case <-s.stop:
 			return
@@ -271,27 +308,41 @@ func (s *RedisStore) keepEpochs() {
 	}
 }
 
-// renewEpochs runs the script's epoch op for every slot's epoch key, in
-// one pipeline (split by node on a Cluster).
-func (s *RedisStore) renewEpochs(ctx context.Context) error {
-	if err := s.client.ScriptLoad(ctx, slidingLog.src).Err(); err != nil {
-		return err
-	}
-	cmds, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for sl := range slots {
-			p.EvalSha(ctx, slidingLog.sha, []string{s.prefix + "{" + slotTag(sl) + "}:epoch"}, "epoch")
+// renewEpochs runs the script's epoch op on keys, one call each, in a
+// pipeline (split by node on a Cluster), with EVAL for those whose node
+// lacks the script, and returns the keys it failed on.
+func (s *RedisStore) renewEpochs(ctx context.Context, keys []string) []string {
+	run := func(keys []string, eval bool) (failed, noScript []string) {
+		cmds, _ := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys {
+				if eval {
+					p.Eval(ctx, slidingLog.src, []string{k}, "epoch")
+				} else {
+					p.EvalSha(ctx, slidingLog.sha, []string{k}, "epoch")
+				}
+			}
+			return nil
+		})
+		for i, c := range cmds {
+			switch err := c.Err(); {
+			case err == nil:
+			case !eval && redis.HasErrorPrefix(err, "NOSCRIPT"):
+				noScript = append(noScript, keys[i])
+			default:
+				failed = append(failed, keys[i])
+			}
 		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	for _, c := range cmds {
-		if err := c.Err(); err != nil {
-			return err
+		if len(cmds) < len(keys) { // the pipeline failed as a whole
+			failed = append(failed, keys[len(cmds):]...)
 		}
+		return failed, noScript
 	}
-	return nil
+	failed, noScript := run(keys, false)
+	if len(noScript) > 0 {
+		again, _ := run(noScript, true)
+		failed = append(failed, again...)
+	}
+	return failed
 }
 
 // Process returns this store's process id, as it appears in entry names and
@@ -391,8 +442,10 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	c.rt.used.Store(c.entered.UnixNano())
 	if !s.batch.Load() {
 		s.keeper.Do(func() {
-			s.keeperRun = make(chan struct{})
-			go s.keepEpochs()
+			if s.keepsEpochs() {
+				s.keeperRun = make(chan struct{})
+				go s.keepEpochs()
+			}
 		})
 		s.reserve([]*reserveCall{c})
 	} else if !s.calls.do(ctx, c, s.reserve, failCalls) {

@@ -65,10 +65,10 @@ const DefaultKeyPrefix = "fleetgate:"
 // unused one; so the store keeps one more key per node (per slot on a
 // Cluster) with the time its data began, set by the first decision that
 // finds it missing and kept a day, renewed while targets are in use (on a
-// Cluster, a goroutine renews every slot's hourly from the first
-// decision until Close), and while the data is younger than a horizon
-// (Limit.Ahead) and a window, a target found empty is held until then.
-// A fresh Redis holds each target that long once.
+// Cluster, a goroutine makes and renews every slot's, from the first
+// decision and then hourly, until Close), and while the data is younger
+// than a horizon (Limit.Ahead) and a window, a target found empty is held
+// until then. A fresh Redis holds each target that long once.
 //
 // It needs Redis 6.0 or later. RedisStore is safe for concurrent use.
 type RedisStore struct {

@@ -379,6 +379,31 @@ func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
 		t.Fatal("Close returned before the upkeep stopped")
 	}
 	require.NoError(t, s.Close(), "a second Close")
+
+	// After a SCRIPT FLUSH (or a restart) a pass loads the script again,
+	// node by node, and makes every key.
+	require.NoError(t, client.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		if err := m.ScriptFlush(ctx).Err(); err != nil {
+			return err
+		}
+		keys, err := m.Keys(ctx, prefix+"{~*}:epoch").Result()
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		for _, k := range keys {
+			if err := m.Del(ctx, k).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	require.Zero(t, count())
+	all := make([]string, slots)
+	for sl := range all {
+		all[sl] = s.slotEpochKey(sl)
+	}
+	require.Empty(t, s.renewEpochs(ctx, all), "keys the pass failed on")
+	require.Equal(t, slots, count())
 }
 
 // TestCloseDoesNotWaitOnAHungNode: a node that takes the connection and

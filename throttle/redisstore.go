@@ -288,7 +288,7 @@ func (s *RedisStore) keepEpochs() {
 	}()
 	all := make([]string, slots)
 	for sl := range all {
-		all[sl] = s.prefix + "{" + slotTag(sl) + "}:epoch"
+		all[sl] = s.slotEpochKey(sl)
 	}
 	keys := all
 	for {
@@ -338,9 +338,18 @@ func (s *RedisStore) renewEpochs(ctx context.Context, keys []string) []string {
 		return failed, noScript
 	}
 	failed, noScript := run(keys, false)
-	if len(noScript) > 0 {
-		again, _ := run(noScript, true)
-		failed = append(failed, again...)
+	// EVAL of one key loads the script on its node (sending the script's
+	// text with every key would send megabytes); then EVALSHA again. Each
+	// round loads it on one more node.
+	for round := 0; len(noScript) > 0; round++ {
+		f, _ := run(noScript[:1], true)
+		rest := noScript[1:]
+		if len(f) > 0 || round == 16 {
+			return append(append(failed, f...), rest...)
+		}
+		var f2 []string
+		f2, noScript = run(rest, false)
+		failed = append(failed, f2...)
 	}
 	return failed
 }
@@ -360,7 +369,12 @@ func (s *RedisStore) keys(target string) []string {
 // epochKey returns the key of the store's epoch in target's Cluster slot.
 // On a single node one key, epochArg, serves every target.
 func (s *RedisStore) epochKey(target string) string {
-	return s.prefix + "{" + slotTag(slot(escapeTag(target))) + "}:epoch"
+	return s.slotEpochKey(slot(escapeTag(target)))
+}
+
+// slotEpochKey returns the key of the store's epoch in Cluster slot sl.
+func (s *RedisStore) slotEpochKey(sl int) string {
+	return s.prefix + "{" + slotTag(sl) + "}:epoch"
 }
 
 func escapeTag(t string) string {

@@ -577,12 +577,8 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	for _, c := range calls {
 		args = append(args, c.rt.keyArgs...)
 	}
-	switch {
-	case legacy:
-	case global:
-		args = append(args, s.epochArg)
-	default:
-		args = append(args, calls[0].rt.epochArg(s, calls[0].target))
+	if !legacy {
+		args = append(args, s.epochFor(calls[0].rt, calls[0].target, global))
 	}
 	args = append(args, s.op("reserve"), s.procArg)
 	want := 1
@@ -706,6 +702,16 @@ func (s *RedisStore) target(name string) *redisTarget {
 	keys := s.keys(name)
 	v, _ := s.targets.LoadOrStore(name, &redisTarget{keys: keys, keyArgs: []any{keys[0], keys[1], keys[2]}})
 	return v.(*redisTarget)
+}
+
+// epochFor returns the epoch key a run for rt's target carries: the
+// node's, epochArg, when the run may hold targets of many slots (global),
+// else the one of the target's slot.
+func (s *RedisStore) epochFor(rt *redisTarget, target string, global bool) any {
+	if global {
+		return s.epochArg
+	}
+	return rt.epochArg(s, target)
 }
 
 // epochArg returns the epoch key of rt's slot, made on the first call
@@ -841,15 +847,12 @@ func (s *RedisStore) Restore(ctx context.Context, target string, window time.Dur
 		return err
 	}
 	global := s.batch.Load()
-	keys := append(slices.Clip(rt.keyArgs), s.epochArg)
-	if !global {
-		keys[3] = rt.epochArg(s, target)
-	}
+	keys := append(slices.Clip(rt.keyArgs), s.epochFor(rt, target, global))
 	_, err := s.runKeys(ctx, target, keys, 2, args)
-	if err != nil && global && redis.HasErrorPrefix(errors.Unwrap(err), "CROSSSLOT") {
+	if err != nil && global && redis.HasErrorPrefix(err, "CROSSSLOT") {
 		// A plain client on a cluster-mode server, as in reserve.
 		s.batch.Store(false)
-		keys[3] = rt.epochArg(s, target)
+		keys[3] = s.epochFor(rt, target, false)
 		_, err = s.runKeys(ctx, target, keys, 2, args)
 	}
 	return err

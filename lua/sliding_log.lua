@@ -377,8 +377,10 @@ if op == 'reserve' then
   local nkeys = #KEYS - 1 -- the targets' keys, then the epoch's
   if nkeys < 3 or nkeys % 3 ~= 0 then return redis.error_reply('fleetgate: bad reserve keys') end
   local epochkey = KEYS[#KEYS]
-  -- epoch: when the store's data began, once a block needs it.
-  local epoch = EPOCH
+  -- epoch: when the store's data began, once a block needs it; ev: the
+  -- epoch key's value as last read in this run (nil: not read), for the
+  -- blocks that only look at it.
+  local epoch, ev = EPOCH, nil
   -- The reply, sized for one block of one request.
   local reply, nr = {now, 0, 0, 0, 0, 0}, 1
   -- Every target's meta in one read.
@@ -585,8 +587,8 @@ if op == 'reserve' then
       -- caller is told so, as the one that found the log empty was.
       local e = epoch
       if not e then
-        local v = call('GET', epochkey)
-        if type(v) == 'string' and #v == 16 then e = sunpack('>i8', v) end
+        if ev == nil then ev = call('GET', epochkey) end
+        if type(ev) == 'string' and #ev == 16 then e = sunpack('>i8', ev) end
       end
       if e then
         if ahead == 0 then ahead = window end
@@ -745,10 +747,11 @@ if op == 'reserve' then
       -- that is missing is left so: processes of a release before the key
       -- write logs after a loss without making it, so a log in use does
       -- not tell that the data is old.
-      local v = call('GET', epochkey)
-      if type(v) == 'string' and #v == 16 and sunpack('>i8', v, 9) - now < 43200000000 then
+      if ev == nil then ev = call('GET', epochkey) end
+      if type(ev) == 'string' and #ev == 16 and sunpack('>i8', ev, 9) - now < 43200000000 then
         H = H or helpers(INLINE_MAX == 0)
         H.epoch(epochkey, now)
+        ev = nil -- renewed
       end
     end
     if beat then

@@ -162,9 +162,12 @@ func (t *Throttler) decideLocally(tg *target, batch []*waiter) {
 // returns the local time that best matches the store's "now": the middle of
 // the round trip, wrong by at most half of it, which the margin absorbs.
 func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, time.Time, error) {
-	ctx, done := t.deadlines.get(time.Now(), t.cfg.storeTimeout)
+	start := time.Now() // the deadline's timer runs on the wall clock
+	ctx, done := t.deadlines.get(start, t.cfg.storeTimeout)
 	defer done()
-	start := t.cfg.now()
+	if t.cfg.testClock {
+		start = t.cfg.now()
+	}
 	st, err := t.store.Reserve(ctx, tg.name, tg.lim, reqs, grants)
 	if err != nil {
 		return st, time.Time{}, err

@@ -43,12 +43,12 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 // degraded, or it was and the store is back (after replaying what this
 // process admitted locally). It tries at most once per probe interval.
 func (tg *target) degradedNow(t *Throttler) error {
-	now := t.cfg.now()
 	tg.mu.Lock()
 	if !tg.degraded {
 		tg.mu.Unlock()
 		return nil
 	}
+	now := t.cfg.now()
 	if now.Sub(tg.probed) < t.cfg.probeInterval {
 		tg.mu.Unlock()
 		return errStoreDown

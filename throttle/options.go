@@ -120,6 +120,7 @@ type config struct {
 	logger        *slog.Logger
 	resolver      *net.Resolver
 	now           func() time.Time // the local clock; tests replace it
+	testClock     bool             // now is a test's, not time.Now
 }
 
 // WithStore makes the Throttler use s (a RedisStore for a fleet). Without it,
@@ -183,4 +184,6 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 func WithResolver(r *net.Resolver) Option { return func(c *config) { c.resolver = r } }
 
 // withClock replaces the local clock; tests only.
-func withClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
+func withClock(now func() time.Time) Option {
+	return func(c *config) { c.now, c.testClock = now, true }
+}

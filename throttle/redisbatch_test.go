@@ -184,13 +184,13 @@ func TestRedisStoreMarksItselfWhenTheHeartbeatIsLost(t *testing.T) {
 func TestHeartbeatEveryQuarterOfTheLiveness(t *testing.T) {
 	const liveness = 10 * time.Second
 	var rt redisTarget
-	require.NotZero(t, rt.heartbeatDue(liveness), "the first call marks")
+	require.NotZero(t, rt.heartbeatDue(liveness, time.Now().UnixNano()), "the first call marks")
 	rt.marked.Store(time.Now().Add(-2 * time.Second).UnixNano())
-	require.Zero(t, rt.heartbeatDue(liveness), "2s after a mark, with 10s of liveness")
+	require.Zero(t, rt.heartbeatDue(liveness, time.Now().UnixNano()), "2s after a mark, with 10s of liveness")
 	rt.marked.Store(time.Now().Add(-2600 * time.Millisecond).UnixNano())
-	require.NotZero(t, rt.heartbeatDue(liveness), "2.6s after a mark")
+	require.NotZero(t, rt.heartbeatDue(liveness, time.Now().UnixNano()), "2.6s after a mark")
 	rt.marked.Store(time.Now().Add(-600 * time.Millisecond).UnixNano())
-	require.NotZero(t, rt.heartbeatDue(2*time.Second), "0.6s after a mark, with 2s of liveness")
+	require.NotZero(t, rt.heartbeatDue(2*time.Second, time.Now().UnixNano()), "0.6s after a mark, with 2s of liveness")
 }
 
 // TestRedisStoreQueuedCallIsNotEarly: a call that waited in the queue was

@@ -430,12 +430,19 @@ func (s *RedisStore) fullOp(name string) string {
 	return name
 }
 
-func (s *RedisStore) member(id uint64) string {
+func (s *RedisStore) member(id uint64) string { return string(s.appendMember(nil, id)) }
+
+// appendMember appends to b the member of entry id: this process's id and
+// id in base 36, or for a shared entry "shared." and its number.
+func (s *RedisStore) appendMember(b []byte, id uint64) []byte {
 	if id&SharedEntry != 0 {
-		return "shared." + strconv.FormatUint(id&^SharedEntry, 36)
+		return strconv.AppendUint(append(b, "shared."...), id&^SharedEntry, 36)
 	}
-	return s.proc + "." + strconv.FormatUint(id, 36)
+	return strconv.AppendUint(append(append(b, s.proc...), '.'), id, 36)
 }
+
+// maxMember is the most bytes appendMember appends.
+func (s *RedisStore) maxMember() int { return max(len(s.proc)+1, len("shared.")) + 13 }
 
 func us(d time.Duration) int64 { return d.Microseconds() }
 
@@ -556,24 +563,30 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		return
 	}
 	calls = send
+	// When the run is sent, give or take the microsecond that building its
+	// arguments takes; it also dates the heartbeat marks.
+	sent := time.Now()
+	for _, c := range calls {
+		c.sent = sent
+	}
 
 	// The epoch key last: on a single node one for every target, else the
 	// one in the target's slot. (Another release's script takes none.)
 	legacy := s.script != nil
 	global := !legacy && batching // the run carries the node's epoch key
-	nkeys, nargs, nnums := 1, 2, 0
+	nkeys, nargs, nbytes := 1, 2, 0
 	if legacy {
 		nkeys = 0
 	}
 	for _, c := range calls {
 		nkeys += len(c.rt.keyArgs)
 		nargs += 1 + len(c.reqs)
-		nnums += 8 + 2*len(c.reqs)
+		nbytes += 8*(8+2*len(c.reqs)) + len(c.reqs)*s.maxMember()
 	}
 	args := scriptArgs(nkeys, nkeys+nargs)
-	// Every block's numbers in one buffer, sized once so that appending
-	// never copies it.
-	nums := make([]byte, 0, 8*nnums)
+	// Every block's numbers and its members in one buffer, sized once so
+	// that appending never copies it.
+	nums := make([]byte, 0, nbytes)
 	for _, c := range calls {
 		args = append(args, c.rt.keyArgs...)
 	}
@@ -589,7 +602,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 			s.ahead.Store(a)
 		}
 		hb := la.quiet
-		if c.marking = c.rt.heartbeatDue(liveness); c.marking != 0 {
+		if c.marking = c.rt.heartbeatDue(liveness, sent.UnixNano()); c.marking != 0 {
 			hb = la.heartbeat
 		}
 		if legacy { // without ahead
@@ -616,13 +629,11 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		}
 		args = append(args, nums[start:len(nums):len(nums)])
 		for _, r := range c.reqs {
-			args = append(args, s.member(r.ID))
+			m := len(nums)
+			nums = s.appendMember(nums, r.ID)
+			args = append(args, nums[m:len(nums):len(nums)])
 		}
 		want += 4 + len(c.reqs)
-	}
-	sent := time.Now()
-	for _, c := range calls {
-		c.sent = sent
 	}
 	vals, err := s.eval(ctx, s.theScript(), args, want)
 	if err != nil && (global || len(calls) > 1) && redis.HasErrorPrefix(err, "CROSSSLOT") {
@@ -725,7 +736,7 @@ func (rt *redisTarget) epochArg(s *RedisStore, target string) any {
 	return k
 }
 
-// heartbeatDue returns the time (unix ns) to record as rt's latest mark
+// heartbeatDue returns now (unix ns), the time to record as rt's latest mark
 // once a run that marks the process live on rt's target succeeds, or 0 when
 // no mark is due: the first call marks, then one every quarter of the
 // liveness at most (2.5s with the default liveness and windows up to 5s).
@@ -738,8 +749,7 @@ func (rt *redisTarget) epochArg(s *RedisStore, target string) any {
 // Redis has lost the set, except when Redis has lost the target's log too
 // (a restart): then the call marks at once. A run that fails records
 // nothing, so the next call marks again.
-func (rt *redisTarget) heartbeatDue(liveness time.Duration) int64 {
-	now := time.Now().UnixNano()
+func (rt *redisTarget) heartbeatDue(liveness time.Duration, now int64) int64 {
 	if now-rt.marked.Load() < int64(liveness/4) {
 		return 0
 	}

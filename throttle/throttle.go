@@ -442,7 +442,7 @@ func (t *Throttler) AllowN(ctx context.Context, host string, n int) (Decision, e
 // of the fleet holds back too, and returns what is left of it; otherwise
 // it returns 0.
 func (t *Throttler) lostPause(tg *target, w *waiter) time.Duration {
-	if w.via != viaStore {
+	if w.via != viaStore || tg.pauseEnd.Load() == 0 {
 		return 0
 	}
 	now := t.cfg.now()

@@ -52,49 +52,17 @@ func BenchmarkRedisDecisions(b *testing.B) {
 	decisionRuns++
 	srv := startRedis(b)
 	stats := &serverStats{c: srv.client(b)}
-	ctx := context.Background()
 	for _, sc := range decisionScenarios {
-		hs := hosts(sc.targets)
-		if sc.targets == 1 {
-			hs = []string{"hot.bench.test"}
-		}
-		fgPrefix := keyPrefix()
-		fg, warn := redisThrottler(b, srv.client(b), fgPrefix, sc.rule())
-		rl, rlim := redis_rate.NewLimiter(srv.client(b)), sc.rateLimit()
-		rlPrefix := keyPrefix()
-		if sc.refused { // fill every window
-			if err := parallelFill(8, len(hs)*refusedLimit, func(i int) error {
-				_, err := fg.Allow(ctx, hs[i%len(hs)])
-				return err
-			}); err != nil {
-				b.Fatal(err)
-			}
-			if err := parallelFill(8, len(hs)*refusedLimit, func(i int) error {
-				_, err := rl.Allow(ctx, rlPrefix+hs[i%len(hs)], rlim)
-				return err
-			}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		want := !sc.refused
+		p := setupPair(b, srv, sc)
 		for _, g := range []int{1, 8, 64} {
 			runFG := func() {
 				b.Run(fmt.Sprintf("%s/g=%d/fleetgate", sc.name, g), func(b *testing.B) {
 					stats.reset(b)
 					defer stats.report(b)
-					runGoroutines(b, g, func(i int) error {
-						d, err := fg.Allow(ctx, hs[i%len(hs)])
-						if err != nil {
-							return err
-						}
-						if d.Allowed != want {
-							return fmt.Errorf("fleetgate: Allowed=%v, want %v", d.Allowed, want)
-						}
-						return nil
-					})
-					warn.check(b)
-					if want {
-						checkWritten(b, stats.c, fgPrefix+"{"+lastTarget(b, hs)+"}:log")
+					runGoroutines(b, g, p.fleetgate)
+					p.warn.check(b)
+					if p.want {
+						checkWritten(b, stats.c, p.fgPrefix+"{"+lastTarget(b, p.hs)+"}:log")
 					}
 				})
 			}
@@ -102,18 +70,9 @@ func BenchmarkRedisDecisions(b *testing.B) {
 				b.Run(fmt.Sprintf("%s/g=%d/redis_rate", sc.name, g), func(b *testing.B) {
 					stats.reset(b)
 					defer stats.report(b)
-					runGoroutines(b, g, func(i int) error {
-						r, err := rl.Allow(ctx, rlPrefix+hs[i%len(hs)], rlim)
-						if err != nil {
-							return err
-						}
-						if (r.Allowed > 0) != want {
-							return fmt.Errorf("redis_rate: Allowed=%d, want %v", r.Allowed, want)
-						}
-						return nil
-					})
-					if want { // every call admitted must have been written
-						checkWritten(b, stats.c, "rate:"+rlPrefix+lastTarget(b, hs)) // redis_rate's own prefix first
+					runGoroutines(b, g, p.redisRate)
+					if p.want { // every call admitted must have been written
+						checkWritten(b, stats.c, "rate:"+p.rlPrefix+lastTarget(b, p.hs)) // redis_rate's own prefix first
 					}
 				})
 			}
@@ -130,6 +89,121 @@ func BenchmarkRedisDecisions(b *testing.B) {
 
 // decisionRuns counts the runs of BenchmarkRedisDecisions in this process.
 var decisionRuns int
+
+// pairRound is how many decisions BenchmarkPairedDecisions makes with one
+// library before it turns to the other.
+const pairRound = 100
+
+// BenchmarkPairedDecisions compares the two libraries at one goroutine, on
+// the scenarios of BenchmarkRedisDecisions, with the libraries taking turns
+// in rounds of pairRound decisions: a change in the machine's speed while it
+// runs (the neighbours of a shared VM) then weighs on both alike, where
+// BenchmarkRedisDecisions, one library for a second and then the other,
+// moved the ratio at one goroutine by ±20% from run to run on the same
+// build. Which library goes first alternates from round to round. An op is
+// one decision of each; it reports each library's decisions per second
+// (fleetgate-ops/s, redis_rate-ops/s) and the ratio of fleetgate's to
+// redis_rate's.
+func BenchmarkPairedDecisions(b *testing.B) {
+	srv := startRedis(b)
+	for _, sc := range decisionScenarios {
+		p := setupPair(b, srv, sc)
+		b.Run(sc.name, func(b *testing.B) {
+			var fgTime, rlTime time.Duration
+			// turn makes the decisions from i to i+n-1 with op and returns
+			// how long they took.
+			turn := func(op func(int) error, i, n int) time.Duration {
+				start := time.Now()
+				for j := i; j < i+n; j++ {
+					if err := op(j); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return time.Since(start)
+			}
+			b.ResetTimer()
+			for i, round := 0, 0; i < b.N; i, round = i+pairRound, round+1 {
+				n := min(pairRound, b.N-i)
+				if round%2 == 0 {
+					fgTime += turn(p.fleetgate, i, n)
+					rlTime += turn(p.redisRate, i, n)
+				} else {
+					rlTime += turn(p.redisRate, i, n)
+					fgTime += turn(p.fleetgate, i, n)
+				}
+			}
+			b.StopTimer()
+			p.warn.check(b)
+			b.ReportMetric(float64(b.N)/fgTime.Seconds(), "fleetgate-ops/s")
+			b.ReportMetric(float64(b.N)/rlTime.Seconds(), "redis_rate-ops/s")
+			b.ReportMetric(rlTime.Seconds()/fgTime.Seconds(), "ratio")
+		})
+	}
+}
+
+// decisionPair is a scenario's two libraries on one server, each with its
+// own keys, and their decisions.
+type decisionPair struct {
+	hs                 []string // the targets, in the order decisions go round them
+	want               bool     // every decision admits
+	fg                 *throttle.Throttler
+	warn               *warnCounter
+	rl                 *redis_rate.Limiter
+	rlim               redis_rate.Limit
+	fgPrefix, rlPrefix string
+}
+
+// setupPair sets up sc's libraries on srv, every window filled when sc
+// refuses.
+func setupPair(b *testing.B, srv *redisServer, sc decisionScenario) *decisionPair {
+	b.Helper()
+	p := &decisionPair{hs: hosts(sc.targets), want: !sc.refused, fgPrefix: keyPrefix(), rlPrefix: keyPrefix()}
+	if sc.targets == 1 {
+		p.hs = []string{"hot.bench.test"}
+	}
+	p.fg, p.warn = redisThrottler(b, srv.client(b), p.fgPrefix, sc.rule())
+	p.rl, p.rlim = redis_rate.NewLimiter(srv.client(b)), sc.rateLimit()
+	if sc.refused { // fill every window
+		ctx, n := context.Background(), len(p.hs)*refusedLimit
+		if err := parallelFill(8, n, func(i int) error {
+			_, err := p.fg.Allow(ctx, p.hs[i%len(p.hs)])
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if err := parallelFill(8, n, func(i int) error {
+			_, err := p.rl.Allow(ctx, p.rlPrefix+p.hs[i%len(p.hs)], p.rlim)
+			return err
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return p
+}
+
+// fleetgate makes decision i with fleetgate and checks it.
+func (p *decisionPair) fleetgate(i int) error {
+	d, err := p.fg.Allow(context.Background(), p.hs[i%len(p.hs)])
+	if err != nil {
+		return err
+	}
+	if d.Allowed != p.want {
+		return fmt.Errorf("fleetgate: Allowed=%v, want %v", d.Allowed, p.want)
+	}
+	return nil
+}
+
+// redisRate makes decision i with redis_rate and checks it.
+func (p *decisionPair) redisRate(i int) error {
+	r, err := p.rl.Allow(context.Background(), p.rlPrefix+p.hs[i%len(p.hs)], p.rlim)
+	if err != nil {
+		return err
+	}
+	if (r.Allowed > 0) != p.want {
+		return fmt.Errorf("redis_rate: Allowed=%d, want %v", r.Allowed, p.want)
+	}
+	return nil
+}
 
 // lastTarget is the target of a run's last decision: its key has not
 // expired yet, where the first target's may have, a window after its

@@ -60,11 +60,13 @@
 --         ("reserve/0": every log in the list), and fix the epoch after a
 --         '#' ("reserve#0": the data is old, the epoch key is not read), in
 --         that order. None is an argument of its own: each argument costs
---         the server some 1,500 instructions.
+--         the server some 1,500 instructions. For that reason a reserve
+--         with none of them has no op at all: its ARGV start with the
+--         first block, whose first byte, the limit's highest, is 0.
 --
--- reserve: ARGV[2] process id, then for each target, in KEYS order, a block
---          of 1 + k arguments: first the numbers, 8 + 2k of them in one
---          string:
+-- reserve: for each target, in KEYS order, a block of 1 + k arguments
+--          (after the op, when there is one): first the numbers, 9 + 2k
+--          of them in one string:
 --            limit, window us, gap us,
 --            ahead us: how far ahead of its now any process books at most
 --              (0: a window),
@@ -78,7 +80,11 @@
 --              full (the log is then read from its tail first), 2 when
 --              besides none of the block's requests waits (max wait 0:
 --              the tail is read without the log's length), else 0,
---            count k, then k pairs: units n, max wait us (-1: none);
+--            count k,
+--            the process id, a number below 2^48: its 12 hex digits name
+--              the process in the heartbeat set (an argument of its own
+--              cost each decision 1.7k server instructions more),
+--            then k pairs: units n, max wait us (-1: none);
 --          then the k requests' members.
 --   Entries at or before now - window no longer count (they are cut off
 --   in batches). If no entry counts although that slot is still inside
@@ -163,8 +169,12 @@ local INLINE_MAX = 64
 -- EPOCH: a test's fixed epoch (nil: the epoch key's).
 local EPOCH = nil
 
+-- A0: the first argument after the op (2), or 1 when there is none (a
+-- reserve without one: the arguments start with a block's numbers).
+local A0 = 2
+if byte(op) == 0 then op, A0 = 'reserve', 1 end -- a block's numbers
 local now
-if (string.byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a time
+if (byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a time
   local t = call('TIME')
   now = t[1] * 1000000 + t[2]
 else
@@ -372,7 +382,7 @@ local HEAD, HEAD_LAST = 4, '3'
 local FULL_SLACK = 32
 
 if op == 'reserve' then
-  local proc = ARGV[2]
+  local proc -- this process's name in the heartbeat sets, once a mark needs it
   local nargv = #ARGV
   local nkeys = #KEYS - 1 -- the targets' keys, then the epoch's
   if nkeys < 3 or nkeys % 3 ~= 0 then return redis.error_reply('fleetgate: bad reserve keys') end
@@ -401,20 +411,21 @@ if op == 'reserve' then
   -- at the run's first grant: a refusal costs 1.2k fewer server
   -- instructions without it.
   local new
-  local a = 3 -- the next block's first argument
+  local a = A0 -- the next block's first argument
   for b = 1, nkeys, 3 do
     log, metakey, procs = KEYS[b], KEYS[b + 1], KEYS[b + 2]
     local nums = ARGV[a]
-    if not nums or #nums < 64 then return redis.error_reply('fleetgate: bad reserve arguments') end
+    if not nums or #nums < 72 then return redis.error_reply('fleetgate: bad reserve arguments') end
     -- The first request's numbers come with the header's: one unpack
     -- fewer (each costs some 400 server instructions).
-    local limit, window, gap, ahead, liveness, seen, full, k, n1, wait1
-    if #nums >= 80 then
-      limit, window, gap, ahead, liveness, seen, full, k, n1, wait1 = sunpack('>i8i8i8i8i8i8i8i8i8i8', nums)
+    local limit, window, gap, ahead, liveness, seen, full, k, pid, n1, wait1
+    if #nums >= 88 then
+      limit, window, gap, ahead, liveness, seen, full, k, pid, n1, wait1 = sunpack('>i8i8i8i8i8i8i8i8i8i8i8', nums)
     else
-      limit, window, gap, ahead, liveness, seen, full, k = sunpack('>i8i8i8i8i8i8i8i8', nums)
+      limit, window, gap, ahead, liveness, seen, full, k, pid = sunpack('>i8i8i8i8i8i8i8i8i8', nums)
     end
-    if limit < 1 or window < 1 or ahead < 0 or liveness == 0 or k < 0 or #nums ~= 64 + 16 * k or nargv < a + k then
+    if limit < 1 or window < 1 or ahead < 0 or liveness == 0 or k < 0 or pid < 0 or pid >= 281474976710656
+      or #nums ~= 72 + 16 * k or nargv < a + k then
       return redis.error_reply('fleetgate: bad reserve arguments')
     end
     a = a + 1
@@ -621,7 +632,7 @@ if op == 'reserve' then
     for i = 1, k do
       local member = ARGV[a]
       local n, maxwait = n1, wait1
-      if i > 1 then n, maxwait = sunpack('>i8i8', nums, 49 + 16 * i) end
+      if i > 1 then n, maxwait = sunpack('>i8i8', nums, 57 + 16 * i) end
       a = a + 1
       local slot = now
       if pause > slot then slot = pause end
@@ -786,6 +797,7 @@ if op == 'reserve' then
     if beat then
       -- Mark this process live, drop the processes not seen for
       -- liveness and count the rest.
+      proc = proc or fmt('%012x', pid)
       added = call('ZADD', procs, fmt('%d', now), proc)
       call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
       call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))

@@ -60,11 +60,13 @@ func (c *scriptCounter) record(args []any, vals []int64) {
 	if !ok || len(args) < 5+numKeys || len(vals) < 1 {
 		return
 	}
-	if op, _ := args[3+numKeys].(string); !strings.HasPrefix(op, "reserve") {
-		return
+	a := 3 + numKeys // the first block: a reserve without an op
+	if op, _ := args[a].(string); strings.HasPrefix(op, "reserve") {
+		a++ // with one
+	} else if nums, _ := args[a].([]byte); len(nums) == 0 || nums[0] != 0 {
+		return // another op
 	}
 	now, vals := vals[0], vals[1:]
-	a := 5 + numKeys // the first block
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.byLog == nil {

@@ -606,33 +606,50 @@ func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
 
 // TestReserveRejectsBadNumbers: a reserve whose block of numbers is too
 // short, does not match its count of requests, holds an impossible limit,
-// horizon or liveness, lacks a request's member, or whose keys are not
-// three per target and the epoch's is an error that says so, and writes
-// nothing.
+// horizon, liveness or process id, lacks a request's member, or whose keys
+// are not three per target and the epoch's is an error that says so, and
+// writes nothing, with its op named or without one.
 func TestReserveRejectsBadNumbers(t *testing.T) {
 	s, client := startStore(t)
 	ctx := context.Background()
 	keys := append(s.target("x.example").keyArgs, s.epochArg)
-	good := appendNums(nil, 5, 1_000_000, 0, 0, -10_000_000, 0, 0, 1, 1, -1)
-	for name, nums := range map[string][]byte{
-		"short":          good[:56],
-		"count too high": appendNums(good[:56:56], 2, 1, -1),
-		"count too low":  appendNums(append(good[:56:56], good[56:]...), 1, -1),
-		"negative count": appendNums(good[:56:56], -1),
-		"limit 0":        appendNums(nil, 0, 1_000_000, 0, 0, -10_000_000, 0, 0, 1, 1, -1),
-		"negative ahead": appendNums(nil, 5, 1_000_000, 0, -1, -10_000_000, 0, 0, 1, 1, -1),
-		"liveness 0":     appendNums(nil, 5, 1_000_000, 0, 0, 0, 0, 0, 1, 1, -1),
-		"no member":      nil,
-	} {
-		args := append(append(scriptArgs(4, 8), keys...), "reserve", s.procArg, nums, "m.1")
-		if nums == nil {
-			args = append(append(scriptArgs(4, 7), keys...), "reserve", s.procArg, good)
+	pid := s.procNum
+	good := appendNums(nil, 5, 1_000_000, 0, 0, -10_000_000, 0, 0, 1, pid, 1, -1)
+	// args makes a reserve's arguments: keys, the op when named, then rest.
+	args := func(keys []any, named bool, rest ...any) []any {
+		a := append(scriptArgs(len(keys), len(keys)+1+len(rest)), keys...)
+		if named {
+			a = append(a, "reserve")
 		}
-		_, err := s.eval(ctx, slidingLog, args, 1)
-		require.ErrorContains(t, err, "bad reserve arguments", name)
+		return append(a, rest...)
 	}
-	args := append(append(scriptArgs(3, 7), keys[:3]...), "reserve", s.procArg, good, "m.1")
-	_, err := s.eval(ctx, slidingLog, args, 1)
+	for _, named := range []bool{false, true} {
+		for name, nums := range map[string][]byte{
+			"short":                good[:64],
+			"count too high":       appendNums(good[:56:56], 2, pid, 1, -1),
+			"count too low":        appendNums(good, 1, -1),
+			"negative count":       appendNums(good[:56:56], -1, pid),
+			"limit 0":              appendNums(nil, 0, 1_000_000, 0, 0, -10_000_000, 0, 0, 1, pid, 1, -1),
+			"negative ahead":       appendNums(nil, 5, 1_000_000, 0, -1, -10_000_000, 0, 0, 1, pid, 1, -1),
+			"liveness 0":           appendNums(nil, 5, 1_000_000, 0, 0, 0, 0, 0, 1, pid, 1, -1),
+			"negative process id":  appendNums(good[:64:64], -1, 1, -1),
+			"process id too large": appendNums(good[:64:64], 1<<48, 1, -1),
+			"no member":            nil,
+		} {
+			a := args(keys, named, nums, "m.1")
+			if nums == nil {
+				a = args(keys, named, good)
+			}
+			_, err := s.eval(ctx, slidingLog, a, 1)
+			require.ErrorContains(t, err, "bad reserve arguments", "%s, named %v", name, named)
+		}
+		_, err := s.eval(ctx, slidingLog, args(keys[:3], named, good, "m.1"), 1)
+		require.ErrorContains(t, err, "bad reserve keys", "no epoch key, named %v", named)
+	}
+	_, err := s.eval(ctx, slidingLog, args(keys, false, good, "m.1"), 1)
+	require.NoError(t, err, "the good block, which the cases spoil")
+	require.NoError(t, client.Del(ctx, s.keys("x.example")...).Err())
+	_, err = s.eval(ctx, slidingLog, args(keys[:3], false, good, "m.1"), 1)
 	require.ErrorContains(t, err, "bad reserve keys", "no epoch key")
 	n, err := client.Exists(ctx, s.keys("x.example")...).Result()
 	require.NoError(t, err)

@@ -461,7 +461,7 @@ func TestRedisStoreSharedRunDecidesAsAlone(t *testing.T) {
 		require.NoError(t, err)
 		alone, err := NewRedisStore(client, WithKeyPrefix(fmt.Sprintf("%sb%d:", prefix, round)))
 		require.NoError(t, err)
-		alone.proc, alone.procArg = shared.proc, shared.procArg
+		alone.proc, alone.procArg, alone.procNum = shared.proc, shared.procArg, shared.procNum
 		shared.now = func() int64 { return now }
 		alone.now = shared.now
 		for range 6 {

@@ -75,7 +75,8 @@ type RedisStore struct {
 	client    redis.UniversalClient
 	prefix    string
 	proc      string // this process's id: entry names and heartbeat
-	procArg   any    // proc, boxed once
+	procArg   any    // proc, boxed once (another release's script takes it so)
+	procNum   int64  // proc as a number: 12 hex digits
 	liveness  time.Duration
 	now       func() int64   // tests only: a fixed server time in µs
 	inlineMax string         // how many entries a log keeps inline ("0": none, WithListLogs; other values: tests)
@@ -201,6 +202,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 		return nil, fmt.Errorf("throttle: liveness %v must be positive", s.liveness)
 	}
 	s.procArg = s.proc
+	s.procNum = int64(binary.BigEndian.Uint64(append(make([]byte, 2, 8), id[:]...)))
 	s.epochArg = s.prefix + "epoch"
 	if s.inlineMax != "" {
 		s.ops = make(map[string]any)
@@ -389,11 +391,16 @@ func escapeTag(t string) string {
 // when a test fixes it. It is small enough to be inlined, so
 // that a constant name goes into the arguments without an allocation.
 func (s *RedisStore) op(name string) any {
-	if s.now != nil || s.inlineMax != "" || s.oldData {
+	if s.namedOps() {
 		return s.otherOp(name)
 	}
 	return name
 }
+
+// namedOps reports whether a reserve names its op: only when it carries
+// more than the name (a test's time, the inline maximum). Otherwise the
+// script takes a reserve's arguments without one.
+func (s *RedisStore) namedOps() bool { return s.now != nil || s.inlineMax != "" || s.oldData }
 
 // otherOp returns op's argument with the inline maximum after a '/'
 // (WithListLogs: made once, by NewRedisStore) or a test's fixed time.
@@ -574,14 +581,20 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	// one in the target's slot. (Another release's script takes none.)
 	legacy := s.script != nil
 	global := !legacy && batching // the run carries the node's epoch key
-	nkeys, nargs, nbytes := 1, 2, 0
-	if legacy {
-		nkeys = 0
+	// lead: the arguments before the first block: none, the op, or (for
+	// another release's script) the op and the process's id.
+	nkeys, lead, nbytes := 1, 0, 0
+	switch {
+	case legacy:
+		nkeys, lead = 0, 2
+	case s.namedOps():
+		lead = 1
 	}
+	nargs := lead
 	for _, c := range calls {
 		nkeys += len(c.rt.keyArgs)
 		nargs += 1 + len(c.reqs)
-		nbytes += 8*(8+2*len(c.reqs)) + len(c.reqs)*s.maxMember()
+		nbytes += 8*(9+2*len(c.reqs)) + len(c.reqs)*s.maxMember()
 	}
 	args := scriptArgs(nkeys, nkeys+nargs)
 	// Every block's numbers and its members in one buffer, sized once so
@@ -593,7 +606,12 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	if !legacy {
 		args = append(args, s.epochFor(calls[0].rt, calls[0].target, global))
 	}
-	args = append(args, s.op("reserve"), s.procArg)
+	switch lead {
+	case 2:
+		args = append(args, s.op("reserve"), s.procArg)
+	case 1:
+		args = append(args, s.op("reserve"))
+	}
 	want := 1
 	for _, c := range calls {
 		liveness := livenessFor(s.liveness, c.lim.Window)
@@ -620,6 +638,9 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 			}
 		}
 		nums = appendNums(append(nums, hb...), c.rt.seen.Load(), full, int64(len(c.reqs)))
+		if !legacy {
+			nums = appendNums(nums, s.procNum)
+		}
 		for _, r := range c.reqs {
 			maxWait := int64(-1)
 			if r.MaxWait >= 0 {

@@ -62,7 +62,8 @@
 --         that order. None is an argument of its own: each argument costs
 --         the server some 1,500 instructions. For that reason a reserve
 --         with none of them has no op at all: its ARGV start with the
---         first block, whose first byte, the limit's highest, is 0.
+--         first block, whose first byte, the limit's highest, is below 65
+--         (an 'A'), which no op name's is: any limit below 2^62.
 --
 -- reserve: for each target, in KEYS order, a block of 1 + k arguments
 --          (after the op, when there is one): first the numbers, 9 + 2k
@@ -82,8 +83,8 @@
 --              the tail is read without the log's length), else 0,
 --            count k,
 --            the process id, a number below 2^48: its 12 hex digits name
---              the process in the heartbeat set (an argument of its own
---              cost each decision 1.7k server instructions more),
+--              the process in the target's heartbeat set (an argument of
+--              its own cost each decision 1.7k server instructions more),
 --            then k pairs: units n, max wait us (-1: none);
 --          then the k requests' members.
 --   Entries at or before now - window no longer count (they are cut off
@@ -172,7 +173,7 @@ local EPOCH = nil
 -- A0: the first argument after the op (2), or 1 when there is none (a
 -- reserve without one: the arguments start with a block's numbers).
 local A0 = 2
-if byte(op) == 0 then op, A0 = 'reserve', 1 end -- a block's numbers
+if (byte(op) or 65) < 65 then op, A0 = 'reserve', 1 end -- a block's numbers
 local now
 if (byte(op, -1) or 0) > 57 then -- it ends in a letter, not a digit of a time
   local t = call('TIME')
@@ -382,7 +383,6 @@ local HEAD, HEAD_LAST = 4, '3'
 local FULL_SLACK = 32
 
 if op == 'reserve' then
-  local proc -- this process's name in the heartbeat sets, once a mark needs it
   local nargv = #ARGV
   local nkeys = #KEYS - 1 -- the targets' keys, then the epoch's
   if nkeys < 3 or nkeys % 3 ~= 0 then return redis.error_reply('fleetgate: bad reserve keys') end
@@ -797,7 +797,9 @@ if op == 'reserve' then
     if beat then
       -- Mark this process live, drop the processes not seen for
       -- liveness and count the rest.
-      proc = proc or fmt('%012x', pid)
+      -- The process's name: pid's 12 hex digits, in two halves that
+      -- each fit the C long a 32-bit Redis formats %x with.
+      local proc = fmt('%06x%06x', (pid - pid % 16777216) / 16777216, pid % 16777216)
       added = call('ZADD', procs, fmt('%d', now), proc)
       call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
       call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))

@@ -656,6 +656,54 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 	require.Zero(t, n, "nothing was written")
 }
 
+// TestAReserveWithoutAnOpTakesAnyLimit: a reserve without an op starts
+// with its first block's numbers, which the script tells from an op name
+// by their first byte, the limit's highest. A limit of 2^56 or more (a
+// Store caller's; the Throttler's rules stop at 100,000) is decided as
+// any other, alone and first in a shared run, as the memory store and a
+// named op decide it.
+func TestAReserveWithoutAnOpTakesAnyLimit(t *testing.T) {
+	ctx := context.Background()
+	huge, small := Limit{Limit: 1 << 56, Window: time.Second}, Limit{Limit: 5, Window: time.Second}
+	s, _ := startStore(t)
+	require.False(t, s.namedOps(), "the store sends no op")
+	g := make([]Grant, 1)
+	_, err := s.Reserve(ctx, "huge.example", huge, oneUnit(), g)
+	require.NoError(t, err)
+	require.True(t, g[0].OK)
+	call := func(tgt string, lim Limit) *reserveCall {
+		return &reserveCall{ctx: ctx, rt: s.target(tgt), target: tgt, lim: lim, reqs: oneUnit(), grants: make([]Grant, 1)}
+	}
+	run := []*reserveCall{call("huge2.example", Limit{Limit: 1<<62 - 1, Window: time.Second}), call("small.example", small)}
+	s.reserve(run)
+	for i, c := range run {
+		require.NoError(t, c.err, "call %d of a run led by a huge limit", i)
+		require.True(t, c.grants[0].OK, "call %d", i)
+	}
+}
+
+// TestEachBlockMarksTheProcessItCarries: a mark names the process by the
+// id in its block's numbers, as 12 hex digits, whatever the other blocks
+// of the run carry.
+func TestEachBlockMarksTheProcessItCarries(t *testing.T) {
+	s, client := startStore(t)
+	ctx := context.Background()
+	ka, kb := s.target("a.example").keyArgs, s.target("b.example").keyArgs
+	keys := append(append(append([]any{}, ka...), kb...), s.epochArg)
+	block := func(pid int64) []byte { // a mark (positive liveness), one request
+		return appendNums(nil, 5, 1_000_000, 0, 0, 10_000_000, 0, 0, 1, pid, 1, -1)
+	}
+	pids := []int64{0x0000000a1b2c, 0xfedcba987654} // the second past 2^32 and 2^47
+	args := append(append(scriptArgs(len(keys), len(keys)+4), keys...), block(pids[0]), "m.1", block(pids[1]), "m.2")
+	_, err := s.eval(ctx, slidingLog, args, 1)
+	require.NoError(t, err)
+	for i, k := range []any{ka[2], kb[2]} {
+		procs, err := client.ZRange(ctx, k.(string), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{fmt.Sprintf("%012x", pids[i])}, procs, "block %d", i+1)
+	}
+}
+
 // TestScriptTakesATimeOnlyAfterAnAt: a test fixes the script's clock after
 // an '@' in the op, and the script answers with that time; an op whose
 // time it cannot read, or that it does not know, is an error that names

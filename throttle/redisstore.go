@@ -398,8 +398,8 @@ func (s *RedisStore) op(name string) any {
 }
 
 // namedOps reports whether a reserve names its op: only when it carries
-// more than the name (a test's time, the inline maximum). Otherwise the
-// script takes a reserve's arguments without one.
+// more than the name (the inline maximum, a test's time or epoch).
+// Otherwise the script takes a reserve's arguments without one.
 func (s *RedisStore) namedOps() bool { return s.now != nil || s.inlineMax != "" || s.oldData }
 
 // otherOp returns op's argument with the inline maximum after a '/'

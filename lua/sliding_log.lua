@@ -83,8 +83,9 @@
 --              the tail is read without the log's length), else 0,
 --            count k,
 --            the process id, a number below 2^48: its 12 hex digits name
---              the process in the target's heartbeat set (an argument of
---              its own cost each decision 1.7k server instructions more),
+--              the process in the target's heartbeat set (as an
+--              argument of its own it cost each decision an argument's
+--              1,500 server instructions),
 --            then k pairs: units n, max wait us (-1: none);
 --          then the k requests' members.
 --   Entries at or before now - window no longer count (they are cut off

@@ -5,10 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,6 +171,80 @@ func TestProbeWantsAMaster(t *testing.T) {
 			require.Error(t, err, "no script run works there either")
 		})
 	}
+}
+
+// TestStoreErrorsNeverShowThePassword: a server that does not know AUTH
+// quotes the connection's AUTH, password and all, in the error of every
+// call; the store's errors and the Throttler's log lines show "***"
+// instead.
+func TestStoreErrorsNeverShowThePassword(t *testing.T) {
+	const password = "Sup3rS3cret-pw"
+	ctx := context.Background()
+	srv := redistest.StartServer(t, "--rename-command", "AUTH", "", "--rename-command", "HELLO", "")
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "admin", Password: password, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	require.ErrorContains(t, client.Ping(ctx).Err(), password, "the server must quote the password for this test to mean anything")
+
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	err = s.Probe(ctx)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), password)
+	require.Contains(t, err.Error(), "'admin' '***'")
+	_, err = s.Reserve(ctx, "example.com", Limit{Limit: 10, Window: time.Second}, []Request{{ID: 1, N: 1}}, make([]Grant, 1))
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), password)
+	require.Contains(t, err.Error(), "***")
+
+	var logged strings.Builder
+	rules, err := ParseRules("*=10/1s")
+	require.NoError(t, err)
+	thr, err := New(rules, WithStore(s), WithFailurePolicy(FailOpen),
+		WithLogger(slog.New(slog.NewTextHandler(&lockedWriter{w: &logged}, nil))))
+	require.NoError(t, err)
+	t.Cleanup(func() { thr.Close() })
+	d, err := thr.Allow(ctx, "example.com")
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "open admits when the store fails")
+	require.NoError(t, thr.Close())
+	require.Contains(t, logged.String(), "***", "the store's failure is logged")
+	require.NotContains(t, logged.String(), password)
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// TestHidePasswords: the passwords of every kind of client the store knows,
+// and errors.Is still answering through a hidden error.
+func TestHidePasswords(t *testing.T) {
+	for _, c := range []redis.UniversalClient{
+		redis.NewClient(&redis.Options{Password: "pw1"}),
+		redis.NewClusterClient(&redis.ClusterOptions{Password: "pw1"}),
+		redis.NewRing(&redis.RingOptions{Password: "pw1"}),
+	} {
+		require.Equal(t, []string{"pw1"}, passwordsOf(c), "%T", c)
+		c.Close()
+	}
+	plain := redis.NewClient(&redis.Options{})
+	defer plain.Close()
+	require.Empty(t, passwordsOf(plain))
+
+	cause := fmt.Errorf("dial: pw1 refused: %w", context.DeadlineExceeded)
+	err := hidePasswords(fmt.Errorf("store: %w", cause), []string{"pw1"})
+	require.EqualError(t, err, "store: dial: *** refused: context deadline exceeded")
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	other := errors.New("no secret here")
+	require.Same(t, other, hidePasswords(other, []string{"pw1"}))
+	require.NoError(t, hidePasswords(nil, []string{"pw1"}))
 }
 
 // TestRedisUsesServerTime: processes whose local clocks disagree by an hour

@@ -87,6 +87,8 @@ type RedisStore struct {
 	epochArg  any            // the epoch key of a run of many targets (a single node)
 	ahead     atomic.Int64   // the latest Limit.Ahead a Reserve passed, µs: a Restore's for a target with none
 
+	passwords []string // the client's, taken out of every error's text (passwordsOf)
+
 	targets sync.Map // target name -> *redisTarget
 	count   atomic.Int64
 
@@ -202,6 +204,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 		return nil, fmt.Errorf("throttle: liveness %v must be positive", s.liveness)
 	}
 	s.procArg = s.proc
+	s.passwords = passwordsOf(client)
 	s.procNum = int64(binary.BigEndian.Uint64(append(make([]byte, 2, 8), id[:]...)))
 	s.epochArg = s.prefix + "epoch"
 	if s.inlineMax != "" {
@@ -932,9 +935,9 @@ func (s *RedisStore) eval(ctx context.Context, sc script, args []any, want int) 
 	case errors.Is(err, redis.Nil):
 		return nil, fmt.Errorf("%w: nil", ErrBadReply)
 	case err != nil && isReplyShapeError(err):
-		return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
+		return nil, hidePasswords(fmt.Errorf("%w: %w", ErrBadReply, err), s.passwords)
 	case err != nil:
-		return nil, err
+		return nil, hidePasswords(err, s.passwords)
 	}
 	arr, ok := cmd.Val().([]any)
 	if !ok || len(arr) < want {
@@ -972,8 +975,14 @@ func isReplyShapeError(err error) bool {
 // fails every script run, so Probe reports it as down. A pooled client can
 // keep failing for a while after Redis is back (dial retries and backoff),
 // so a process deciding whether to leave its fallback asks a fresh
-// connection instead.
+// connection instead. The client's passwords never show in its error
+// (nor in any other error of the store), even when the server's reply
+// quotes them.
 func (s *RedisStore) Probe(ctx context.Context) error {
+	return hidePasswords(s.probe(ctx), s.passwords)
+}
+
+func (s *RedisStore) probe(ctx context.Context) error {
 	switch c := s.client.(type) {
 	case *redis.Client:
 		return probeFresh(ctx, c.Options())

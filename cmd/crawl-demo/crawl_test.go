@@ -447,6 +447,31 @@ func TestCrawlRefusesAStoreThatTakesNoWrites(t *testing.T) {
 	require.Zero(t, hits.Load(), "nothing is fetched")
 }
 
+// TestCrawlNeverShowsTheRedisPassword: a Redis that does not know AUTH
+// quotes the connection's AUTH, password and all, in its error; neither the
+// message that stops the crawl nor the log lines of one that goes on
+// without the store show it.
+func TestCrawlNeverShowsTheRedisPassword(t *testing.T) {
+	const password = "Sup3rS3cret-cli"
+	rdb := redistest.StartServer(t, "--rename-command", "AUTH", "", "--rename-command", "HELLO", "")
+	url := "redis://admin:" + password + "@" + rdb.Addr + "/0"
+	srv, hits := countingServer(t)
+	file, urls := urlFile(t, srv.URL, "pw", 2)
+
+	got := runCmd(context.Background(), t, "", "-urls", file, "-default", "10/1s", "-redis", url)
+	require.Equal(t, 2, got.code, "stderr: %s", got.stderr)
+	require.Contains(t, got.stderr, "unknown command 'auth'", "the server's own words are kept")
+	require.NotContains(t, got.stderr, password)
+	require.Zero(t, hits.Load())
+
+	got = runCmd(context.Background(), t, "", "-urls", file, "-default", "10/1s", "-redis", url, "-on-store-error", "open", "-v")
+	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+	require.Len(t, decodeLines(t, got.stdout), len(urls))
+	require.Contains(t, got.stderr, "store failed", "the store's failure is logged")
+	require.NotContains(t, got.stderr, password)
+	require.NotContains(t, got.stdout, password)
+}
+
 // TestCrawlNeverShowsAURLsPassword: a password in a URL is shown as
 // "xxxxx" in its output line, its error and the debug log, whether the
 // fetch works or not.

@@ -47,7 +47,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if cfg.verbose {
 		level = slog.LevelDebug
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// A server's error may quote the -redis URL's password: no log line
+	// shows it.
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level, ReplaceAttr: cfg.redis.hideInLogs()}))
 	if cfg.redis != nil {
 		redis.SetLogger(redisLogger{log: log}) // go-redis has one logger per process
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,7 +28,8 @@ const (
 // redisConfig is a parsed -redis URL: a single node, a Cluster, or a master
 // found through Sentinel.
 type redisConfig struct {
-	shown    string // the URL without its user and password, for messages
+	shown    string   // the URL without its user and password, for messages
+	secrets  []string // its passwords: see hide
 	single   *redis.Options
 	cluster  *redis.ClusterOptions
 	failover *redis.FailoverOptions
@@ -51,7 +53,7 @@ func parseRedisURL(raw string) (*redisConfig, error) {
 		return nil, fmt.Errorf("-redis %s: no host", shown)
 	}
 	q := u.Query()
-	rc := &redisConfig{shown: shown}
+	rc := &redisConfig{shown: shown, secrets: passwordsOf(u)}
 	switch {
 	case q.Has("master_name"):
 		if rc.failover, err = redis.ParseFailoverURL(raw); err == nil {
@@ -159,23 +161,60 @@ func secretParam(k string) bool {
 
 // scrub removes raw, its user and its passwords from msg.
 func scrub(msg, raw string, u *url.URL) string {
-	msg = strings.ReplaceAll(msg, raw, redact(raw))
-	var secrets []string
+	secrets := passwordsOf(u)
+	if u.User != nil && u.User.Username() != "" {
+		secrets = append(secrets, u.User.Username())
+	}
+	return hideAll(strings.ReplaceAll(msg, raw, redact(raw)), secrets)
+}
+
+// passwordsOf returns u's password and the values of its query parameters
+// that hold passwords, the empty ones left out.
+func passwordsOf(u *url.URL) []string {
+	var ps []string
 	if u.User != nil {
 		p, _ := u.User.Password()
-		secrets = append(secrets, p, u.User.Username())
+		ps = append(ps, p)
 	}
 	for k, vs := range u.Query() {
 		if secretParam(k) {
-			secrets = append(secrets, vs...)
+			ps = append(ps, vs...)
 		}
 	}
+	return slices.DeleteFunc(ps, func(s string) bool { return s == "" })
+}
+
+// hideAll returns msg with each of secrets shown as "***".
+func hideAll(msg string, secrets []string) string {
 	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, "***")
-		}
+		msg = strings.ReplaceAll(msg, s, "***")
 	}
 	return msg
+}
+
+// hide returns msg with the URL's passwords shown as "***": a server's
+// error may quote them (one that does not know AUTH answers "unknown
+// command 'auth', with args beginning with: 'user' 'password'"). Every log
+// line and every message about the store goes through it. The user is
+// left: hiding a name such as "default" everywhere would garble the logs.
+func (rc *redisConfig) hide(msg string) string { return hideAll(msg, rc.secrets) }
+
+// hideInLogs is a slog ReplaceAttr function that shows the URL's
+// passwords as "***" in every attribute and message; nil when the URL has
+// none.
+func (rc *redisConfig) hideInLogs() func([]string, slog.Attr) slog.Attr {
+	if rc == nil || len(rc.secrets) == 0 {
+		return nil
+	}
+	return func(_ []string, a slog.Attr) slog.Attr {
+		switch a.Value.Kind() {
+		case slog.KindString, slog.KindAny:
+			if v := a.Value.String(); rc.hide(v) != v {
+				return slog.String(a.Key, rc.hide(v))
+			}
+		}
+		return a
+	}
 }
 
 // newThrottler returns a Throttler for rules with the command line's
@@ -228,10 +267,10 @@ func checkRedis(ctx context.Context, rc *redisConfig, rdb redis.UniversalClient,
 	}
 	if err != nil {
 		if policy != throttle.FailOpen {
-			return fmt.Errorf("-redis %s does not answer as a master: %v (with -on-store-error %s the crawl needs the store at the start; -on-store-error open crawls without it)", rc.shown, err, policy)
+			return fmt.Errorf("-redis %s does not answer as a master: %s (with -on-store-error %s the crawl needs the store at the start; -on-store-error open crawls without it)", rc.shown, rc.hide(err.Error()), policy)
 		}
 		log.Warn("redis does not answer; the store failure policy applies",
-			"redis", rc.shown, "on-store-error", policy.String(), "error", err)
+			"redis", rc.shown, "on-store-error", policy.String(), "error", rc.hide(err.Error()))
 		return nil
 	}
 	log.Debug("redis answers", "redis", rc.shown)

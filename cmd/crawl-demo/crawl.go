@@ -26,14 +26,22 @@ const shownPrefix = 200
 
 // runCrawl is the crawler (-urls): it fetches every URL of the file through
 // the fleet-wide throttle and writes one line per URL. It returns the exit
-// status.
+// status. The rules and the store are checked before the output file is
+// created: a mistake on the command line leaves an earlier run's results
+// as they were.
 func runCrawl(ctx context.Context, cfg *config, stdin io.Reader, stdout, stderr io.Writer, log *slog.Logger) int {
+	thr, closeThr, err := crawlThrottler(ctx, cfg, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+		return 2
+	}
+	defer closeThr()
 	in, out, closeFiles, err := openFiles(cfg, stdin, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 2
 	}
-	code := crawlFiles(ctx, cfg, in, out, stderr, log)
+	code := crawlFiles(ctx, cfg, thr, in, out, stderr, log)
 	if err := closeFiles(); err != nil {
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return max(code, 1)
@@ -41,29 +49,36 @@ func runCrawl(ctx context.Context, cfg *config, stdin io.Reader, stdout, stderr 
 	return code
 }
 
-// crawlFiles sets up the throttle and the client, and crawls from in to out.
-// It returns the exit status.
-func crawlFiles(ctx context.Context, cfg *config, in io.Reader, out io.Writer, stderr io.Writer, log *slog.Logger) int {
+// crawlThrottler sets up the throttle of the command line's rules, on its
+// store (checked to answer), and returns what closes both.
+func crawlThrottler(ctx context.Context, cfg *config, log *slog.Logger) (*throttle.Throttler, func(), error) {
 	rules, err := cfg.throttleRules()
 	if err != nil {
-		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
-		return 2
+		return nil, nil, err
 	}
 	var rdb redis.UniversalClient
 	if cfg.redis != nil {
 		rdb = cfg.redis.client()
-		defer rdb.Close()
 		if err := checkRedis(ctx, cfg.redis, rdb, throttle.FailurePolicy(cfg.policy), log); err != nil {
-			fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
-			return 2
+			rdb.Close()
+			return nil, nil, err
 		}
 	}
 	thr, closeThr, err := newThrottler(cfg, rules, rdb, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
-		return 2
+		if rdb != nil {
+			rdb.Close()
+		}
+		return nil, nil, err
 	}
-	defer closeThr()
+	if rdb == nil {
+		return thr, closeThr, nil
+	}
+	return thr, func() { closeThr(); rdb.Close() }, nil
+}
+
+// crawlFiles crawls from in to out through thr and returns the exit status.
+func crawlFiles(ctx context.Context, cfg *config, thr *throttle.Throttler, in io.Reader, out io.Writer, stderr io.Writer, log *slog.Logger) int {
 	client := newFleetClient(cfg, thr, log, nil)
 	defer client.close()
 

@@ -640,3 +640,31 @@ func (zeros) Read(p []byte) (int, error) {
 	clear(p)
 	return len(p), nil
 }
+
+// TestABadCommandLineLeavesTheOutputFile: rules that conflict, or a store
+// that does not answer, stop the crawl before it creates -out, so a mistyped
+// rerun does not wipe an earlier run's results.
+func TestABadCommandLineLeavesTheOutputFile(t *testing.T) {
+	srv, hits := countingServer(t)
+	file, _ := urlFile(t, srv.URL, "keep", 2)
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"rules that conflict", []string{"-rule", "a.com=1/1s", "-rule", "a.com=2/1s"}, "a.com"},
+		{"a store that does not answer", []string{"-redis", "redis://127.0.0.1:1/0"}, "does not answer"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			out := filepath.Join(t.TempDir(), "results.jsonl")
+			require.NoError(t, os.WriteFile(out, []byte("an earlier run's line\n"), 0o644))
+			got := runCmd(context.Background(), t, "", append([]string{"-urls", file, "-out", out}, tt.args...)...)
+			require.Equal(t, 2, got.code, "stderr: %s", got.stderr)
+			require.Contains(t, got.stderr, tt.want)
+			kept, err := os.ReadFile(out)
+			require.NoError(t, err)
+			require.Equal(t, "an earlier run's line\n", string(kept))
+		})
+	}
+	require.Zero(t, hits.Load(), "nothing is fetched")
+}

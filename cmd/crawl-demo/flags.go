@@ -190,6 +190,13 @@ func (c *config) validate(fs *flag.FlagSet) error {
 		}
 	}
 
+	if set["default"] {
+		for _, spec := range c.rules {
+			if pattern, _, _ := strings.Cut(spec, "="); strings.TrimSpace(pattern) == throttle.DefaultPattern {
+				return usagef("-default %v and -rule %q both set the limit of the targets no other rule matches: keep one", c.def.rule, spec)
+			}
+		}
+	}
 	if set["redis-list-logs"] && !set["redis"] {
 		return usagef("-redis-list-logs applies only with -redis")
 	}
@@ -209,8 +216,9 @@ func (c *config) validate(fs *flag.FlagSet) error {
 }
 
 // rules returns the throttle rules of the command line: -default for every
-// target, then each -rule (-rule '*=…' replaces -default; two -rule flags
-// for one pattern are an error).
+// target, then each -rule (-rule '*=…' replaces the built-in -default, and
+// validate refuses it beside a -default that is set; two -rule flags for
+// one pattern are an error).
 func (c *config) throttleRules() (*throttle.Rules, error) {
 	if _, err := throttle.ParseRules(c.rules...); err != nil {
 		return nil, err

@@ -47,6 +47,7 @@ func TestBadCommandLines(t *testing.T) {
 		{"store timeout past a minute", crawl("-store-timeout", "2m"), []string{"-store-timeout 2m0s", "at most 1m0s"}},
 		{"margin that overflows a window", crawl("-margin", "2562047h47m16s"), []string{"-margin 2562047h47m16s", "at most 366 days"}},
 		{"one pattern twice", crawl("-rule", "example.com=1/1s", "-rule", "Example.COM=2/1s"), []string{`"Example.COM=2/1s"`, `"example.com=1/1s"`, "already has a rule"}},
+		{"the default twice", crawl("-rule", " * =5/1s"), []string{"-default 100/1s", `" * =5/1s"`, "keep one"}},
 		{"gap over the window", crawl("-rule", "x=1/1s,gap=9000h"), []string{`"x"`, "gap must be at most the window"}},
 		{"bad duration", crawl("-timeout", "soon"), []string{`"soon"`}},
 		{"stray argument", crawl("http://example.com/"), []string{`"http://example.com/"`}},

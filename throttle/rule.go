@@ -49,6 +49,9 @@ func ParseRule(s string) (Rule, error) {
 		return fail("missing '/'")
 	}
 	num, win = strings.TrimSpace(num), strings.TrimSpace(win)
+	if strings.HasPrefix(num, "-") && num != "-" && strings.Trim(num[1:], "0123456789") == "" {
+		return fail("limit must be at least 1")
+	}
 	if num == "" || strings.Trim(num, "0123456789") != "" {
 		return fail("limit is not a whole number")
 	}

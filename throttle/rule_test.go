@@ -122,6 +122,22 @@ func TestRulesErrorsNameTheSpec(t *testing.T) {
 		_, err := ParseRules(spec)
 		require.NoError(t, err, spec)
 	}
+	// A URL for a pattern: the error says what to write instead.
+	for spec, want := range map[string]string{
+		"http://a.com=1/1s":          `pattern "http://a.com" is a URL: write its host "a.com"`,
+		"https://a.com:8443/x=1/1s":  `write its host "a.com"`,
+		"http://=1/1s":               "is a URL: write a host, an IP or *.DOMAIN",
+		"https://[::1]:80/path=1/1s": `write its host "::1"`,
+	} {
+		_, err := ParseRules(spec)
+		require.ErrorIs(t, err, ErrBadRule, spec)
+		require.ErrorContains(t, err, want, spec)
+	}
+	// A negative limit is below the least, not something else.
+	_, err := ParseRule("-1/1s")
+	require.ErrorContains(t, err, "limit must be at least 1")
+	_, err = ParseRule("-/1s")
+	require.ErrorContains(t, err, "limit is not a whole number")
 }
 
 // Rules.Parse, like Set, replaces the rule of a pattern that has one;

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -114,6 +115,13 @@ func canonicalPattern(pattern string) (string, error) {
 	p := strings.TrimSpace(pattern)
 	if p == DefaultPattern {
 		return p, nil
+	}
+	if strings.Contains(p, "://") {
+		want := "a host, an IP or *.DOMAIN"
+		if u, err := url.Parse(p); err == nil && u.Hostname() != "" {
+			want = fmt.Sprintf("its host %q", u.Hostname())
+		}
+		return "", fmt.Errorf("%w: pattern %q is a URL: write %s", ErrBadRule, pattern, want)
 	}
 	if _, port, err := net.SplitHostPort(p); err == nil {
 		what := "names port " + port

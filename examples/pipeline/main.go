@@ -25,6 +25,12 @@
 // (Each copy then starts its own fake API; both listen on 127.0.0.1, the
 // target the quota is kept for, so together they stay within 20/1s.)
 //
+// Each attempt of a call has -api-timeout (10s by default) from the moment
+// the quota lets it go to the end of the answer's body; the wait on the
+// quota before it does not count. An attempt that runs out of time is
+// retried like any other timeout, so an API that never answers costs a
+// record at most the transport's 4 attempts of -api-timeout each.
+//
 // A record it cannot enrich (a line that is not CSV, a wrong number of
 // fields, a country code that is not two letters, or a call that failed
 // for good, after the transport's retries) is rejected alone: it is left
@@ -70,8 +76,9 @@ type config struct {
 	api      string // the API's base URL; "" starts the fake API
 	rule     string // the quota, N/DURATION (throttle.ParseRule)
 	margin   time.Duration
-	workers  int    // API calls in flight at most
-	redisURL string // REDIS_URL; "" keeps the quota in this process
+	timeout  time.Duration // -api-timeout: bound on each attempt of an API call
+	workers  int           // API calls in flight at most
+	redisURL string        // REDIS_URL; "" keeps the quota in this process
 }
 
 func main() {
@@ -82,6 +89,7 @@ func main() {
 	flag.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
 	flag.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
 	flag.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 10ms)")
+	flag.DurationVar(&cfg.timeout, "api-timeout", defaultAPITimeout, "bound on each attempt of an API call, from sending it to reading the whole answer (not the wait on the quota)")
 	flag.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
 	flag.Parse()
 	if flag.NArg() > 0 {
@@ -117,6 +125,9 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if cfg.margin < throttle.MinStale {
 		return fmt.Errorf("-margin %v: want at least %v", cfg.margin, throttle.MinStale)
 	}
+	if cfg.timeout <= 0 {
+		return fmt.Errorf("-api-timeout %v: want more than 0", cfg.timeout)
+	}
 	if cfg.workers < 1 {
 		return fmt.Errorf("-workers %d: want at least 1", cfg.workers)
 	}
@@ -150,7 +161,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	base.MaxIdleConnsPerHost = cfg.workers
 	defer base.CloseIdleConnections()
 	var calls, tooMany atomic.Int64
-	client := &http.Client{Transport: transport.New(base, q.Throttler,
+	client := &http.Client{Transport: transport.New(&attemptTimeout{base: base, timeout: cfg.timeout}, q.Throttler,
 		transport.WithLogger(log),
 		transport.OnAttempt(func(a transport.AttemptInfo) {
 			calls.Add(1)
@@ -160,7 +171,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}),
 	)}
 
-	records, rejects, err := enrich(ctx, in, &enricher{client: client, api: api}, cfg.workers)
+	records, rejects, err := enrich(ctx, in, &enricher{client: client, api: api, timeout: cfg.timeout}, cfg.workers)
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -152,12 +153,14 @@ func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 
 // enricher looks countries up in the API.
 type enricher struct {
-	client *http.Client
-	api    string // the API's base URL, without a trailing slash
+	client  *http.Client // its transport bounds each attempt by timeout
+	api     string       // the API's base URL, without a trailing slash
+	timeout time.Duration
 }
 
 // lookup asks the API about one country code. Anything but a 200 with a
-// JSON country is an error naming the request.
+// JSON country is an error naming the request; an attempt that ran out of
+// time (e.timeout, after the transport's retries) also names -api-timeout.
 func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	u := e.api + "/v1/countries/" + url.PathEscape(code)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -167,6 +170,13 @@ func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := e.client.Do(req)
 	if err != nil {
+		if e.timedOut(ctx, err) {
+			var ue *url.Error // "Get URL: ...": the URL is named below
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return country{}, fmt.Errorf("GET %s: no answer within -api-timeout %v: %w", u, e.timeout, err)
+		}
 		return country{}, err // a *url.Error: it names the method and URL
 	}
 	defer func() {
@@ -179,9 +189,18 @@ func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	}
 	var c country
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBody)).Decode(&c); err != nil {
+		if e.timedOut(ctx, err) {
+			return country{}, fmt.Errorf("GET %s: the answer did not end within -api-timeout %v: %w", u, e.timeout, err)
+		}
 		return country{}, fmt.Errorf("GET %s: decode the answer: %w", u, err)
 	}
 	return c, nil
+}
+
+// timedOut reports whether err is an attempt's deadline (-api-timeout)
+// rather than ctx's end.
+func (e *enricher) timedOut(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)
 }
 
 // enrich looks up every record's code, with at most workers calls in

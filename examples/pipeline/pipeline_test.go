@@ -39,7 +39,7 @@ func TestRunKeepsTheAPIUnderItsLimit(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out.csv")
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: testRule, margin: throttle.DefaultMargin, workers: 8}, io.Discard, &stderr)
+	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: testRule, margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 8}, io.Discard, &stderr)
 	require.NoError(t, err, stderr.String())
 
 	requireEnriched(t, records, readCSV(t, out))
@@ -61,7 +61,7 @@ func TestCopiesShareTheQuotaThroughRedis(t *testing.T) {
 	errs := make([]error, 2)
 	stderrs := make([]lockedBuffer, 2)
 	for i := range 2 {
-		cfg := config{in: in, out: filepath.Join(dir, fmt.Sprintf("out%d.csv", i)), api: api.URL, rule: testRule, margin: throttle.DefaultMargin, workers: 8, redisURL: srv.URL()}
+		cfg := config{in: in, out: filepath.Join(dir, fmt.Sprintf("out%d.csv", i)), api: api.URL, rule: testRule, margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 8, redisURL: srv.URL()}
 		wg.Go(func() { errs[i] = run(t.Context(), cfg, io.Discard, &stderrs[i]) })
 	}
 	wg.Wait()
@@ -82,7 +82,7 @@ func TestRunDefaults(t *testing.T) {
 	var stdout bytes.Buffer
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, rule: "20/1s", margin: throttle.DefaultMargin, workers: 8}, &stdout, &stderr)
+	err := run(t.Context(), config{in: in, rule: "20/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 8}, &stdout, &stderr)
 	require.NoError(t, err, stderr.String())
 
 	got, err := csv.NewReader(&stdout).ReadAll()
@@ -102,7 +102,7 @@ func TestRunErrors(t *testing.T) {
 	empty := filepath.Join(dir, "empty.csv")
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 
-	ok := config{in: good, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 2}
+	ok := config{in: good, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}
 	tests := []struct {
 		name   string
 		change func(*config)
@@ -111,6 +111,8 @@ func TestRunErrors(t *testing.T) {
 		{"bad rule", func(c *config) { c.rule = "100/m" }, "-rule: bad rule"},
 		{"no workers", func(c *config) { c.workers = 0 }, "-workers 0: want at least 1"},
 		{"no margin", func(c *config) { c.margin = 0 }, "-margin 0s: want at least 10ms"},
+		{"no API timeout", func(c *config) { c.timeout = 0 }, "-api-timeout 0s: want more than 0"},
+		{"negative API timeout", func(c *config) { c.timeout = -time.Second }, "-api-timeout -1s: want more than 0"},
 		{"missing input", func(c *config) { c.in = filepath.Join(dir, "missing.csv") }, "missing.csv: no such file"},
 		{"empty input", func(c *config) { c.in = empty }, "empty, want a header line"},
 		{"no code column", func(c *config) { c.in = noCode }, `no "country_code" column`},
@@ -157,7 +159,7 @@ func TestBadRecordsAreRejectedAndTheRestWritten(t *testing.T) {
 	out, rej := filepath.Join(dir, "out.csv"), filepath.Join(dir, "rejects.csv")
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 4}, io.Discard, &stderr)
+	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 4}, io.Discard, &stderr)
 	require.EqualError(t, err, "7 of 10 records rejected, each reported above", stderr.String())
 
 	head := []string{"id", "name", "country_code"}
@@ -205,7 +207,7 @@ func TestAnUnclosedQuoteRejectsOnlyItsLine(t *testing.T) {
 	out, rej := filepath.Join(dir, "out.csv"), filepath.Join(dir, "rejects.csv")
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 2}, io.Discard, &stderr)
+	err := run(t.Context(), config{in: in, out: out, rejects: rej, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
 	require.EqualError(t, err, "1 of 5 records rejected, each reported above", stderr.String())
 	require.Equal(t, [][]string{
 		{"id", "name", "country_code", "country_name", "region"},
@@ -229,7 +231,7 @@ func TestABrokenMultiLineRecordIsRejectedOnce(t *testing.T) {
 	out := filepath.Join(dir, "out.csv")
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, workers: 2}, io.Discard, &stderr)
+	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
 	require.EqualError(t, err, "1 of 2 records rejected, each reported above", stderr.String())
 	require.Equal(t, [][]string{
 		{"name", "country_code", "country_name", "region"},

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/fleetgate/fleetgate/throttle"
+)
+
+// An API that never answers one code, and one that sends the headers of
+// another and then never ends the body: each such call fails at
+// -api-timeout (the first after the transport's retries, the second at
+// once, its answer having come), its record is rejected with a reason
+// that names the flag, and the other records are still written.
+func TestAHungCallIsRejectedAtTheTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{}) // the hung handlers return by the end of the test
+	hang := func(r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/countries/XH", func(w http.ResponseWriter, r *http.Request) { hang(r) })
+	mux.HandleFunc("GET /v1/countries/XB", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"code":"XB","name":"`)
+		w.(http.Flusher).Flush()
+		hang(r)
+	})
+	mux.HandleFunc("GET /v1/countries/{code}", serveCountry)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) }) // before srv.Close, which waits for the handlers
+
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	require.NoError(t, os.WriteFile(in, []byte("id,country_code\nR1,DE\nR2,XH\nR3,XB\nR4,JP\n"), 0o600))
+	out := filepath.Join(dir, "out.csv")
+	var stderr lockedBuffer
+	// Without a timeout the run would hang: ctx ends it, and the test fails.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+
+	err := run(ctx, config{in: in, out: out, api: srv.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: 100 * time.Millisecond, workers: 4}, io.Discard, &stderr)
+	require.EqualError(t, err, "2 of 4 records rejected, each reported above", stderr.String())
+	require.Less(t, time.Since(start), 5*time.Second, "four attempts of 100ms and the delays between them")
+
+	require.Equal(t, [][]string{
+		{"id", "country_code", "country_name", "region"},
+		{"R1", "DE", countries["DE"].Name, countries["DE"].Region},
+		{"R4", "JP", countries["JP"].Name, countries["JP"].Region},
+	}, readCSV(t, out))
+	for _, want := range []string{
+		"line 3 rejected: GET " + srv.URL + `/v1/countries/XH: no answer within -api-timeout 100ms: transport: attempt 4 to "` + strings.TrimPrefix(srv.URL, "http://") + `": context deadline exceeded`,
+		"line 4 rejected: GET " + srv.URL + "/v1/countries/XB: the answer did not end within -api-timeout 100ms: context deadline exceeded",
+		"pipeline: 4 records: 2 enriched, 2 rejected; 7 API calls, 0 answered 429",
+	} {
+		require.Contains(t, stderr.String(), want)
+	}
+}
+
+// The timeout bounds each attempt from the moment the quota lets it go:
+// calls that wait on the quota far longer than -api-timeout still succeed.
+func TestTheQuotaWaitIsNotPartOfTheTimeout(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
+	in, records := writeInput(t, 4)
+	out := filepath.Join(t.TempDir(), "out.csv")
+	var stderr lockedBuffer
+	start := time.Now()
+
+	// One call per 250ms plus the margin: the fourth waits about 900ms.
+	err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: "1/250ms", margin: throttle.DefaultMargin, timeout: 200 * time.Millisecond, workers: 4}, io.Discard, &stderr)
+	require.NoError(t, err, stderr.String())
+	require.Greater(t, time.Since(start), 800*time.Millisecond, "the quota's waits")
+	requireEnriched(t, records, readCSV(t, out))
+}

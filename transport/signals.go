@@ -27,8 +27,9 @@ type signals struct {
 
 // observe reads resp's signals, pauses the fleet when the target asks for
 // it, and keeps the run of 429s up to date. sent is when the attempt was
-// sent. It never fails: unusable fields are logged at Debug and ignored, a
-// pause the store could not take is logged at Warn.
+// sent. It never fails: unusable fields are logged at Debug and ignored; a
+// Retry-After cut to the cap, and a pause the store could not take, are
+// logged at Warn.
 func (tr *Transport) observe(ctx context.Context, host string, resp *http.Response, sent time.Time) signals {
 	var sg signals
 	now := tr.cfg.now()
@@ -49,7 +50,9 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 				hasRetryAfter = true
 				sg.retryAfter, sg.pause = d, d
 				if d == tr.cfg.maxRetryAfter {
-					tr.cfg.logger.DebugContext(ctx, "fleetgate: Retry-After capped",
+					// The target asked for longer than the fleet waits:
+					// worth a line, as the next attempt may anger it.
+					tr.cfg.logger.WarnContext(ctx, "fleetgate: Retry-After capped",
 						"host", host, "status", status, "value", truncate(v[0]), "cap", tr.cfg.maxRetryAfter)
 				}
 			}

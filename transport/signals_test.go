@@ -71,14 +71,14 @@ func TestRetryAfterValues(t *testing.T) {
 	}{
 		{name: "seconds", status: 503, retryAfter: "3", lo: 2800 * time.Millisecond, hi: 3 * time.Second},
 		{name: "HTTP-date", status: 429, retryAfter: "{date in 10s}", lo: 8 * time.Second, hi: 10 * time.Second},
-		{name: "absurd, default cap", status: 429, retryAfter: "999999999", lo: transport.DefaultMaxRetryAfter - time.Second, hi: transport.DefaultMaxRetryAfter, wantLog: "DEBUG fleetgate: Retry-After capped"},
+		{name: "absurd, default cap", status: 429, retryAfter: "999999999", lo: transport.DefaultMaxRetryAfter - time.Second, hi: transport.DefaultMaxRetryAfter, wantLog: "WARN fleetgate: Retry-After capped"},
 		{name: "absurd, transport cap", status: 503, retryAfter: "999999999", opts: []transport.Option{transport.WithMaxRetryAfter(2 * time.Second)}, lo: 1800 * time.Millisecond, hi: 2 * time.Second},
 		{name: "throttler cap", status: 429, retryAfter: "60", thrOpts: []throttle.Option{throttle.WithMaxPause(time.Second)}, lo: 800 * time.Millisecond, hi: time.Second},
 		{name: "zero", status: 503, retryAfter: "0"},
 		{name: "garbage", status: 503, retryAfter: "soon", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
 		{name: "negative", status: 503, retryAfter: "-5", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
 		{name: "fraction", status: 503, retryAfter: "1.5", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
-		{name: "too many seconds to count: the cap", status: 503, retryAfter: "99999999999999999999", lo: transport.DefaultMaxRetryAfter - time.Second, hi: transport.DefaultMaxRetryAfter, wantLog: "DEBUG fleetgate: Retry-After capped"},
+		{name: "too many seconds to count: the cap", status: 503, retryAfter: "99999999999999999999", lo: transport.DefaultMaxRetryAfter - time.Second, hi: transport.DefaultMaxRetryAfter, wantLog: "WARN fleetgate: Retry-After capped"},
 		// The server's clock is 5 s behind this one; its date is 10 s ahead of its clock.
 		{name: "HTTP-date against the server's Date", status: 429, retryAfter: "{date in 10s, Date 5s behind}", lo: 8 * time.Second, hi: 11 * time.Second},
 		// A 429 whose Retry-After is unusable is a 429 without one.

@@ -668,3 +668,26 @@ func TestABadCommandLineLeavesTheOutputFile(t *testing.T) {
 	}
 	require.Zero(t, hits.Load(), "nothing is fetched")
 }
+
+// TestCrawlSaysWhenTheTargetPausesTheFleet: a 429 with Retry-After holds
+// every worker on the target; without -v the log says so, so that a long
+// pause does not look like a hang.
+func TestCrawlSaysWhenTheTargetPausesTheFleet(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "slow down", http.StatusTooManyRequests)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, srv.URL+"/a"), "-rule", "127.0.0.1=100/1s")
+	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
+	require.Equal(t, []result{{URL: srv.URL + "/a", Status: 200, Attempts: 2}}, decodeLines(t, got.stdout))
+	require.Contains(t, got.stderr, `level=INFO msg="the target pauses the fleet"`)
+	require.Contains(t, got.stderr, "status=429 ")
+	require.Contains(t, got.stderr, "pause=1s")
+	require.NotContains(t, got.stderr, "level=DEBUG", "-v is off")
+}

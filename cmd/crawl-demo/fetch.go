@@ -109,7 +109,13 @@ func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obse
 			if a.Err == nil && a.Status < 400 && a.Pause == 0 {
 				return
 			}
-			log.Debug("attempt", "url", a.Request.URL.Redacted(), "attempt", a.Attempt, "status", a.Status,
+			// A pause holds every worker on the target: say so without -v,
+			// or a long one looks like a hang.
+			level, msg := slog.LevelDebug, "attempt"
+			if a.Pause > 0 {
+				level, msg = slog.LevelInfo, "the target pauses the fleet"
+			}
+			log.Log(a.Request.Context(), level, msg, "url", a.Request.URL.Redacted(), "attempt", a.Attempt, "status", a.Status,
 				"waited", a.Waited.Round(time.Millisecond), "pause", a.Pause, "error", a.Err)
 		}))
 	return &fleetClient{Client: &http.Client{Transport: rt}, base: base}

@@ -24,8 +24,12 @@ const codeColumn = "country_code"
 // enrichedColumns are appended to every record, in this order.
 var enrichedColumns = []string{"country_name", "region"}
 
-// maxBody bounds how much of an API response is read.
-const maxBody = 1 << 20
+// maxBody bounds an API answer's body, in bytes: a longer answer is an
+// error, not a country.
+const (
+	maxBody     = 1 << 20
+	maxBodyText = "1 MiB"
+)
 
 // input is a CSV file in memory.
 type input struct {
@@ -159,8 +163,10 @@ type enricher struct {
 }
 
 // lookup asks the API about one country code. Anything but a 200 with a
-// JSON country is an error naming the request; an attempt that ran out of
-// time (e.timeout, after the transport's retries) also names -api-timeout.
+// JSON country (an object whose "name" and "region" are not empty, in a
+// body of at most maxBody bytes) is an error naming the request; an
+// attempt that ran out of time (e.timeout, after the transport's retries)
+// also names -api-timeout.
 func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	u := e.api + "/v1/countries/" + url.PathEscape(code)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -187,14 +193,45 @@ func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	if resp.StatusCode != http.StatusOK {
 		return country{}, fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
+	if resp.ContentLength > maxBody {
+		return country{}, fmt.Errorf("GET %s: the answer is over the %s limit (%d bytes)", u, maxBodyText, resp.ContentLength)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
+	switch {
+	case err != nil && e.timedOut(ctx, err):
+		return country{}, fmt.Errorf("GET %s: the answer did not end within -api-timeout %v: %w", u, e.timeout, err)
+	case err != nil:
+		return country{}, fmt.Errorf("GET %s: read the answer: %w", u, err)
+	case len(body) > maxBody:
+		return country{}, fmt.Errorf("GET %s: the answer is over the %s limit", u, maxBodyText)
+	}
 	var c country
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxBody)).Decode(&c); err != nil {
-		if e.timedOut(ctx, err) {
-			return country{}, fmt.Errorf("GET %s: the answer did not end within -api-timeout %v: %w", u, e.timeout, err)
-		}
+	if err := json.Unmarshal(body, &c); err != nil {
 		return country{}, fmt.Errorf("GET %s: decode the answer: %w", u, err)
 	}
+	if missing := c.missing(); missing != "" {
+		return country{}, fmt.Errorf("GET %s: the answer is not a country: %s", u, missing)
+	}
 	return c, nil
+}
+
+// missing names the fields of c that an enriched record needs and that
+// are empty (or only spaces), or returns "" when there are none.
+func (c country) missing() string {
+	var names []string
+	if strings.TrimSpace(c.Name) == "" {
+		names = append(names, `"name"`)
+	}
+	if strings.TrimSpace(c.Region) == "" {
+		names = append(names, `"region"`)
+	}
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0] + " is empty or missing"
+	}
+	return strings.Join(names, " and ") + " are empty or missing"
 }
 
 // timedOut reports whether err is an attempt's deadline (-api-timeout)

@@ -27,4 +27,5 @@ func (e *Error) Unwrap() error { return e.Err }
 var (
 	errNilURL     = errors.New("nil Request.URL")
 	errNoResponse = errors.New("base RoundTripper returned neither a response nor an error")
+	errReplay     = errors.New("replay body") // GetBody failed: no retry can be sent
 )

@@ -115,7 +115,8 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // slot before it), the current outcome is returned instead: a response
 // whose body is at most 64 KiB is kept in memory for that while, a longer
 // one is drained (at most 64 KiB) and closed like every discarded response,
-// and then the quota's error is returned.
+// and then the quota's error is returned. So is the current outcome when
+// GetBody fails for the next attempt, which is then not sent.
 //
 // The slot is checked again when net/http hands the attempt a connection,
 // before a byte is written: one that went stale meanwhile (a slow dial or
@@ -160,9 +161,9 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			info.Err = werr
 			tr.report(info)
-			if attempt > 1 && errors.Is(werr, context.DeadlineExceeded) && (resp != nil || err != nil) {
-				// The quota had no slot before the deadline: the previous
-				// outcome is the answer.
+			if attempt > 1 && (errors.Is(werr, context.DeadlineExceeded) || errors.Is(werr, errReplay)) && (resp != nil || err != nil) {
+				// The quota had no slot before the deadline, or the body
+				// cannot be sent again: the previous outcome is the answer.
 				attempt--
 				break
 			}
@@ -229,18 +230,23 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // fresh body after the first) and the reservation it waited for. On error
 // nothing is left open and no slot is kept.
 func (tr *Transport) prepare(ctx, actx context.Context, req *http.Request, host string, attempt int, delay time.Duration) (*http.Request, *throttle.Reservation, error) {
-	if delay > 0 {
-		if err := sleep(ctx, delay); err != nil {
-			return nil, nil, fmt.Errorf("delay before retry: %w", err)
-		}
-	}
 	out := req.Clone(actx)
 	if attempt > 1 && out.Body != nil && out.Body != http.NoBody {
+		// Before the delay: a body that cannot be replayed ends the
+		// retries at once.
 		body, err := req.GetBody()
 		if err != nil {
-			return nil, nil, fmt.Errorf("replay body: %w", err)
+			return nil, nil, fmt.Errorf("%w: %w", errReplay, err)
 		}
 		out.Body = body
+	}
+	if delay > 0 {
+		if err := sleep(ctx, delay); err != nil {
+			if attempt > 1 {
+				closeBody(out)
+			}
+			return nil, nil, fmt.Errorf("delay before retry: %w", err)
+		}
 	}
 	r, err := tr.wait(ctx, host)
 	if err != nil {

@@ -247,11 +247,13 @@ func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Cont
 // readLines calls line for every line of r, without its line break, while
 // more reports true (it is asked before each line is read). A line longer
 // than max bytes is passed truncated, with tooLong set, and its rest is
-// skipped. It returns r's first error other than io.EOF.
+// skipped. A UTF-8 byte order mark before the first line (as some editors
+// on Windows write) is dropped. It returns r's first error other than
+// io.EOF.
 func readLines(r io.Reader, max int, line func(s string, tooLong bool), more func() bool) error {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var buf []byte
-	tooLong := false
+	tooLong, first := false, true
 	for {
 		if len(buf) == 0 && !tooLong && !more() {
 			return nil
@@ -271,7 +273,11 @@ func readLines(r io.Reader, max int, line func(s string, tooLong bool), more fun
 		// A last line without a newline is a line; a partial one cut by a
 		// read error is not, and is not fetched.
 		if err == nil || errors.Is(err, io.EOF) && len(buf) > 0 {
-			line(strings.TrimRight(string(buf), "\r\n"), tooLong)
+			s := strings.TrimRight(string(buf), "\r\n")
+			if first {
+				s, first = strings.TrimPrefix(s, "\ufeff"), false
+			}
+			line(s, tooLong)
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {

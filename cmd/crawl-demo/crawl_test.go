@@ -263,6 +263,36 @@ func TestReadLines(t *testing.T) {
 	}
 }
 
+// TestCheckURLSaysWhy: a line that is not a URL is told why, in words that
+// quote nothing of it (the part that failed may be a password).
+func TestCheckURLSaysWhy(t *testing.T) {
+	for line, want := range map[string]string{
+		"http://a.com:abc/":      "a port that is not a number",
+		"http://u:s3cr/3t@host/": "a port that is not a number",
+		"http://a.com/\x01":      "a control character",
+		"http://[::1/":           "unbalanced brackets in the host",
+		"http://a.com/%zz":       "a '%' not followed by two hexadecimal digits",
+		"http://us er:pw@h/":     "a character a user or password cannot hold before the '@'",
+		":foo":                   "no scheme: want http:// or https://",
+		"a:b/c":                  "scheme \"a\": want http or https",
+	} {
+		_, err := checkURL(line)
+		require.Error(t, err, line)
+		require.Contains(t, err.Error(), want, line)
+		require.NotContains(t, err.Error(), "s3cr", line)
+	}
+}
+
+// TestReadLinesDropsAByteOrderMark: a URL file saved with a UTF-8 byte
+// order mark starts with a URL, not with an invisible character.
+func TestReadLinesDropsAByteOrderMark(t *testing.T) {
+	var got []string
+	err := readLines(strings.NewReader("\ufeffhttp://a.example/\n\ufeffhttp://b.example/\n"), 100,
+		func(s string, _ bool) { got = append(got, s) }, func() bool { return true })
+	require.NoError(t, err)
+	require.Equal(t, []string{"http://a.example/", "\ufeffhttp://b.example/"}, got, "only the file's first bytes are a mark")
+}
+
 func TestReadLinesLongerThanTheBuffer(t *testing.T) {
 	long := strings.Repeat("y", 200<<10) // longer than the 64 KiB reader buffer, shorter than max
 	var got []string
@@ -497,8 +527,8 @@ func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 	require.Equal(t, 200, byURL[strings.Replace(ok, "s3cret", "xxxxx", 1)].Status, "%+v", lines)
 	failed := byURL[strings.Replace(down, "hunter2", "xxxxx", 1)]
 	require.NotEmpty(t, failed.Error, "%+v", lines)
-	require.Equal(t, "not a URL", byURL["http://carol:xxxxx@a b.com/x"].Error, "%+v", lines)
-	require.Equal(t, "not a URL", byURL["http://dave:xxxxx@example.com/"].Error, "%+v", lines)
+	require.Equal(t, "not a URL: a character a host name cannot hold", byURL["http://carol:xxxxx@a b.com/x"].Error, "%+v", lines)
+	require.Equal(t, "not a URL: a '%' not followed by two hexadecimal digits", byURL["http://dave:xxxxx@example.com/"].Error, "%+v", lines)
 }
 
 func TestHidePassword(t *testing.T) {

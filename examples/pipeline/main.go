@@ -33,13 +33,24 @@
 //
 // A record it cannot enrich (a line that is not CSV, a wrong number of
 // fields, a country code that is not two letters, or a call that failed
-// for good, after the transport's retries) is rejected alone: it is left
-// out of the output, reported on stderr with its line and the reason (and
-// the line's text, for a line that is not CSV), and with -rejects written
-// as read to that CSV file, so that it can be fixed and run again; every
-// other record is enriched and written. After a line that is not CSV (an
+// for good, after the transport's retries, or whose 200 was not a
+// country) is rejected alone: it is left out of the output, reported on
+// stderr with its line and the reason (and the line's text, cut at 200
+// bytes, for a line that is not CSV), and with -rejects written to that
+// CSV file, in full, so that it can be fixed and run again; every other
+// record is enriched and written. After a line that is not CSV (an
 // unclosed quote, say) reading goes on at the next line. The job then
 // exits 1. Only an interrupt stops it early, and then it writes nothing.
+//
+// The -rejects file has the input's columns and three more:
+// rejected_line (the input line the record starts on), rejected_reason,
+// and rejected_text. A record with the header's number of fields is in
+// the input's columns as read, its rejected_text empty; a line that is not
+// CSV, or a record with another number of fields, has empty input columns
+// and its text, exactly as in the input (every line of it), in
+// rejected_text. The file can be given to -in once fixed: the three
+// columns are then dropped, and a record whose rejected_text is still not
+// empty is rejected again with that text, so nothing is lost.
 //
 // It prints a summary on stderr: records, enriched, rejected, API calls,
 // 429s, elapsed time.
@@ -85,7 +96,7 @@ func main() {
 	var cfg config
 	flag.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
 	flag.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
-	flag.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, as read (default: only reported on stderr)")
+	flag.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, in full, with their line and the reason (default: only reported on stderr)")
 	flag.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
 	flag.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
 	flag.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 10ms)")
@@ -181,19 +192,17 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.rejects != "" {
-		var recs [][]string
-		for _, r := range rejects {
-			if r.record != nil { // a line that is not CSV is only reported
-				recs = append(recs, r.record)
-			}
+		rows := make([][]string, len(rejects))
+		for i, r := range rejects {
+			rows[i] = r.row(len(in.header))
 		}
-		if err := writeCSV(cfg.rejects, stdout, in.header, recs); err != nil {
+		if err := writeCSV(cfg.rejects, stdout, append(slices.Clip(in.header), rejectColumns...), rows); err != nil {
 			return fmt.Errorf("-rejects: %w", err)
 		}
 	}
 	for _, r := range rejects {
 		if r.record == nil {
-			fmt.Fprintf(stderr, "pipeline: line %d rejected: %v: %q\n", r.line, r.err, r.raw)
+			fmt.Fprintf(stderr, "pipeline: line %d rejected: %v: %q\n", r.line, r.err, shorten(r.raw))
 			continue
 		}
 		fmt.Fprintf(stderr, "pipeline: line %d rejected: %v\n", r.line, r.err)

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,18 +45,44 @@ type input struct {
 type reject struct {
 	line   int
 	record []string // as read; nil when the line could not be parsed
-	raw    string   // the line's text, when it could not be parsed
+	raw    string   // the input's text, in full, when record is nil or has the wrong number of fields
 	err    error
+}
+
+// rejectColumns follow the input's columns in the -rejects file: the line
+// a rejected record starts on, the reason, and the input's text when the
+// record's fields cannot hold it (see reject.row).
+var rejectColumns = []string{"rejected_line", "rejected_reason", "rejected_text"}
+
+// row returns r as a line of the -rejects file, whose input columns are
+// width: a record with width fields in those columns, as read, and an
+// empty rejected_text; any other (a line that is not CSV, or a record
+// with another number of fields) with empty input columns and its text
+// in full, as it was in the input (several lines for a record that spans
+// them), in rejected_text.
+func (r reject) row(width int) []string {
+	row := make([]string, width, width+len(rejectColumns))
+	text := r.raw
+	if len(r.record) == width {
+		copy(row, r.record)
+		text = ""
+	}
+	return append(row, strconv.Itoa(r.line), r.err.Error(), text)
 }
 
 // readInput reads the CSV file at path: a header line that names
 // codeColumn, then records with as many fields as the header. A record
 // that cannot be parsed, or has another number of fields, is rejected
-// alone (in.rejects) and reading goes on: after a record that cannot be
-// parsed, from the line after its error, or, when a quote in it was most
-// likely left open (it would otherwise take every line after it into one
-// field), from the line after its first. A file without a usable header is an
-// error.
+// alone (in.rejects, with its text in full) and reading goes on: after a
+// record that cannot be parsed, from the line after its error, or, when a
+// quote in it was most likely left open (it would otherwise take every
+// line after it into one field), from the line after its first. A file
+// without a usable header is an error.
+//
+// A -rejects file can be read again once fixed: when the header ends with
+// rejectColumns, those columns are dropped from it and from every record,
+// except that a record whose rejected_text is not empty (its text never
+// made it into the columns) is rejected again, with that text.
 func readInput(path string) (*input, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -68,6 +95,19 @@ func readInput(path string) (*input, error) {
 			starts = append(starts, i+1)
 		}
 	}
+	// text returns data from the start of line (from 1) to end, as it is,
+	// without the line ending at end.
+	text := func(line, end int) string {
+		b := bytes.TrimSuffix(data[starts[line-1]:end], []byte("\n"))
+		return string(bytes.TrimSuffix(b, []byte("\r")))
+	}
+	// lineEnd returns where line n+1 begins, or data's end.
+	lineEnd := func(n int) int {
+		if n < len(starts) {
+			return starts[n]
+		}
+		return len(data)
+	}
 	base := 0 // lines before the reader's start
 	r := newCSVReader(data)
 	header, err := r.Read()
@@ -76,6 +116,10 @@ func readInput(path string) (*input, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	width, rejected := len(header), false // the fields a record has; a -rejects file?
+	if n := len(header) - len(rejectColumns); n > 0 && slices.Equal(header[n:], rejectColumns) {
+		header, rejected = header[:n], true
 	}
 	in := &input{header: header, code: slices.Index(header, codeColumn)}
 	if in.code < 0 {
@@ -90,7 +134,6 @@ func readInput(path string) (*input, error) {
 		switch {
 		case errors.As(err, &perr):
 			line := base + perr.StartLine
-			in.rejects = append(in.rejects, reject{line: line, raw: lineText(data, starts, line), err: perr.Err})
 			// A quoted field that "closed" on a quote followed by more
 			// than a comma or a line's end was most likely never closed:
 			// reading goes on at the line after the record's first. Any
@@ -100,6 +143,7 @@ func readInput(path string) (*input, error) {
 			if errors.Is(perr.Err, csv.ErrQuote) {
 				next = line
 			}
+			in.rejects = append(in.rejects, reject{line: line, raw: text(line, lineEnd(next)), err: perr.Err})
 			if next >= len(starts) {
 				return in, nil
 			}
@@ -111,10 +155,20 @@ func readInput(path string) (*input, error) {
 		}
 		line, _ := r.FieldPos(0)
 		line += base
-		if len(rec) != len(header) {
-			in.rejects = append(in.rejects, reject{line: line, record: rec,
-				err: fmt.Errorf("%d fields, want %d as in the header", len(rec), len(header))})
+		if len(rec) != width {
+			end := starts[base] + int(r.InputOffset())
+			in.rejects = append(in.rejects, reject{line: line, record: rec, raw: text(line, end),
+				err: fmt.Errorf("%d fields, want %d as in the header", len(rec), width)})
 			continue
+		}
+		if rejected {
+			raw := rec[len(header)+2]
+			rec = rec[:len(header)]
+			if raw != "" {
+				in.rejects = append(in.rejects, reject{line: line, raw: raw,
+					err: errors.New("rejected_text is not empty: put its fields in the columns, then empty it")})
+				continue
+			}
 		}
 		in.records = append(in.records, rec)
 		in.lines = append(in.lines, line)
@@ -127,21 +181,12 @@ func newCSVReader(data []byte) *csv.Reader {
 	return r
 }
 
-// lineText returns line n (from 1) of data, without its line ending, cut
-// at 200 bytes.
-func lineText(data []byte, starts []int, n int) string {
-	if n < 1 || n > len(starts) {
-		return ""
+// shorten returns s cut at 200 bytes, for a message.
+func shorten(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "…"
 	}
-	rest := data[starts[n-1]:]
-	if i := bytes.IndexByte(rest, '\n'); i >= 0 {
-		rest = rest[:i]
-	}
-	rest = bytes.TrimSuffix(rest, []byte("\r"))
-	if len(rest) > 200 {
-		return string(rest[:200]) + "…"
-	}
-	return string(rest)
+	return s
 }
 
 // checkCode returns the API's spelling of a country code: two ASCII

@@ -135,7 +135,7 @@ func TestRunErrors(t *testing.T) {
 }
 
 // Bad records are rejected one by one, each reported with its line and
-// reason and kept as read in the -rejects file; every good record is still
+// reason and kept in full in the -rejects file; every good record is still
 // enriched and written, and the run ends in an error that counts them.
 // Codes that cannot be a country cost no API call.
 func TestBadRecordsAreRejectedAndTheRestWritten(t *testing.T) {
@@ -169,18 +169,19 @@ func TestBadRecordsAreRejectedAndTheRestWritten(t *testing.T) {
 		{"R9", "Beta", "se", countries["SE"].Name, countries["SE"].Region},
 		{"R10", "Gamma", "JP", countries["JP"].Name, countries["JP"].Region},
 	}, readCSV(t, out))
-	f, err := os.Open(rej)
-	require.NoError(t, err)
-	defer f.Close()
-	r := csv.NewReader(f)
-	r.FieldsPerRecord = -1
-	rejected, err := r.ReadAll()
-	require.NoError(t, err)
-	require.Equal(t, [][]string{head,
-		{"R2", "Nowhere", "ZZ"}, {"R3", "Blank", ""}, {"R4", "Long", "USA"}, {"R5", "Spaced", " DE "},
-		{"R6", "Path", "../../etc"}, {"R7", "Short"},
-	}, rejected, "the rejected records as read; the line that is not CSV is only reported")
-
+	reason := func(code string) string {
+		return fmt.Sprintf("country_code %q: want two letters (ISO 3166-1 alpha-2)", code)
+	}
+	require.Equal(t, [][]string{
+		append(slices.Clone(head), "rejected_line", "rejected_reason", "rejected_text"),
+		{"R2", "Nowhere", "ZZ", "3", "GET " + api.URL + "/v1/countries/ZZ: 404 Not Found", ""},
+		{"R3", "Blank", "", "4", reason(""), ""},
+		{"R4", "Long", "USA", "5", reason("USA"), ""},
+		{"R5", "Spaced", " DE ", "6", reason(" DE "), ""},
+		{"R6", "Path", "../../etc", "7", reason("../../etc"), ""},
+		{"", "", "", "8", "2 fields, want 3 as in the header", "R7,Short"},
+		{"", "", "", "9", `bare " in non-quoted-field`, `R8,Quo"te,FR`},
+	}, readCSV(t, rej), "every rejected record, with its line and reason: as read, or as text when its fields do not fit")
 	for _, want := range []string{
 		"line 3 rejected: GET " + api.URL + "/v1/countries/ZZ: 404 Not Found",
 		`line 4 rejected: country_code "": want two letters`,
@@ -220,8 +221,8 @@ func TestAnUnclosedQuoteRejectsOnlyItsLine(t *testing.T) {
 }
 
 // A record whose quoted field spans lines and then breaks is rejected
-// once, and reading goes on after the line of its error: the lines inside
-// its quotes are not records.
+// once, with every one of its lines, and reading goes on after the line of
+// its error: the lines inside its quotes are not records.
 func TestABrokenMultiLineRecordIsRejectedOnce(t *testing.T) {
 	t.Parallel()
 	api := startTestAPI(t, 100, time.Second)
@@ -238,7 +239,7 @@ func TestABrokenMultiLineRecordIsRejectedOnce(t *testing.T) {
 		{"C", "DE", countries["DE"].Name, countries["DE"].Region},
 	}, readCSV(t, out))
 	require.Equal(t, 1, strings.Count(stderr.String(), "rejected:"), stderr.String())
-	require.Contains(t, stderr.String(), `pipeline: line 2 rejected: bare " in non-quoted-field: "\"a"`)
+	require.Contains(t, stderr.String(), `pipeline: line 2 rejected: bare " in non-quoted-field: "\"a\nBob,FR\n\",U\"S"`)
 }
 
 // requireUnderLimit checks that api saw n requests, none answered 429,

@@ -98,12 +98,13 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer, log *sl
 			Bans: st.Bans, Peak: st.Peak, Limit: demoLimit, Window: demoWindow, Span: span(st.Arrivals), Elapsed: elapsed}
 		arrivals, basis, banned = st.Arrivals, "as the site saw them", st.Bans > 0
 	}
-	return finish(stdout, stderr, cfg.chart, rep, arrivals, start, basis, banned, ctx.Err() != nil)
+	return finish(stdout, stderr, cfg.chart, rep, arrivals, start, basis, banned, ctx.Err() != nil, cfg.pages-f.rec.fetched())
 }
 
 // finish prints the table, writes the chart and the verdict, and returns
-// the exit status.
-func finish(stdout, stderr io.Writer, chartPath string, rep siteReport, arrivals []time.Time, start time.Time, basis string, banned, stopped bool) int {
+// the exit status: 1 for a ban, an interrupted run, or pages of the crawl
+// that were not fetched (unfetched), 0 otherwise.
+func finish(stdout, stderr io.Writer, chartPath string, rep siteReport, arrivals []time.Time, start time.Time, basis string, banned, stopped bool, unfetched int) int {
 	if err := writeTable(stdout, []siteReport{rep}); err != nil {
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 1
@@ -124,6 +125,10 @@ func finish(stdout, stderr io.Writer, chartPath string, rep siteReport, arrivals
 		return 1
 	case stopped:
 		fmt.Fprintf(stdout, "result: interrupted; no ban so far: at most %d requests in any %v (limit %d), %s\n", rep.Peak, rep.Window, rep.Limit, basis)
+		return 1
+	case unfetched > 0:
+		fmt.Fprintf(stdout, "result: no ban, but %d pages were not fetched (-v shows why); at most %d requests in any %v (limit %d), %s\n",
+			unfetched, rep.Peak, rep.Window, rep.Limit, basis)
 		return 1
 	}
 	fmt.Fprintf(stdout, "result: no ban; at most %d requests in any %v (limit %d), %s\n", rep.Peak, rep.Window, rep.Limit, basis)
@@ -162,7 +167,7 @@ func serveSite(ctx context.Context, cfg *config, stdout, stderr io.Writer) int {
 	}
 	rep.Span = span(st.Arrivals)
 	rep.Elapsed = rep.Span
-	return finish(stdout, stderr, cfg.chart, rep, st.Arrivals, start, "as the site saw them", st.Bans > 0, false)
+	return finish(stdout, stderr, cfg.chart, rep, st.Arrivals, start, "as the site saw them", st.Bans > 0, false, 0)
 }
 
 // siteServer is a running HTTP server for a site.
@@ -318,6 +323,13 @@ func (r *recorder) page(res result) {
 	if res.ok() {
 		r.pagesOK++
 	}
+}
+
+// fetched returns how many pages were fetched successfully.
+func (r *recorder) fetched() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pagesOK
 }
 
 // status returns the progress report of a crawl of total pages.

@@ -76,6 +76,15 @@ func TestDemoOnRedis(t *testing.T) {
 	require.Contains(t, got.stdout, "result: no ban")
 }
 
+// TestDemoThatFetchesNothingFails: a -target that does not answer bans
+// no one, but a run that fetched none of its pages is not a success.
+func TestDemoThatFetchesNothingFails(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	got := runCmd(context.Background(), t, "", "-pages", "3", "-chart", chart, "-target", "http://127.0.0.1:1", "-retries", "0")
+	require.Equal(t, 1, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
+	require.Contains(t, got.stdout, "result: no ban, but 3 pages were not fetched")
+}
+
 func TestDemoInterrupted(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "chart.svg")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -83,7 +83,8 @@ target's limit.
 The demo starts a site on loopback that allows 20 requests in any 1s and bans
 a client that sends more, runs 3 groups of 4 workers through the throttle
 until -pages pages are fetched, prints a table and writes a chart. Exit status
-0 when no ban happened, 1 otherwise (or when interrupted). For two processes
+0 when no ban happened and every page was fetched, 1 otherwise (or when
+interrupted). For two processes
 sharing one quota through Redis, in three terminals:
 
   crawl-demo -serve 127.0.0.1:8080

@@ -42,6 +42,13 @@
 // unclosed quote, say) reading goes on at the next line. The job then
 // exits 1. Only an interrupt stops it early, and then it writes nothing.
 //
+// Exit status: 0 when every record was enriched and written; 1 when some
+// were rejected, when the run was interrupted, or when the output could
+// not be written; 2 for a bad command line or configuration (a bad flag
+// value, an input that cannot be read or has no country_code column, a
+// bad REDIS_URL or a Redis that does not answer), reported before any API
+// call. Run it with -h for the flags.
+//
 // The -rejects file has the input's columns and three more:
 // rejected_line (the input line the record starts on), rejected_reason,
 // and rejected_text. A record with the header's number of fields is in
@@ -93,58 +100,110 @@ type config struct {
 }
 
 func main() {
-	var cfg config
-	flag.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
-	flag.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
-	flag.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, in full, with their line and the reason (default: only reported on stderr)")
-	flag.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
-	flag.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
-	flag.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 10ms)")
-	flag.DurationVar(&cfg.timeout, "api-timeout", defaultAPITimeout, "bound on each attempt of an API call, from sending it to reading the whole answer (not the wait on the quota)")
-	flag.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
-	flag.Parse()
-	if flag.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "pipeline: unexpected arguments %q\n", flag.Args())
-		flag.Usage()
-		os.Exit(2)
-	}
-	cfg.redisURL = os.Getenv("REDIS_URL")
 	redis.SetLogger(redisLogger{slog.New(slog.NewTextHandler(os.Stderr, nil))}) // one per process
-
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintf(os.Stderr, "pipeline: %v\n", err)
-		os.Exit(1)
+	code := cli(ctx, os.Args[1:], os.Getenv("REDIS_URL"), os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usage heads the -h text; the flags follow it.
+const usage = `Usage: pipeline [flags]
+
+Reads the CSV file -in, enriches every record through the API, each call
+waiting on the fleet quota (shared by every copy with the same REDIS_URL),
+and writes the enriched records to -out and the rejected ones to -rejects.
+
+Exit status: 0 when every record was enriched and written; 1 when some
+were rejected (each is reported, and every other record is still
+written), when the run was interrupted, or when the output could not be
+written; 2 for a bad command line or configuration (a bad flag value, an
+input that cannot be read or has no country_code column, a bad REDIS_URL
+or a Redis that does not answer), reported before any API call.
+
+Flags:
+`
+
+// cli runs the job with the command line args and REDIS_URL, until it is
+// done or ctx ends, and returns its exit status (see usage).
+func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.Writer) int {
+	cfg := config{redisURL: redisURL}
+	fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
 	}
+	fs.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
+	fs.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
+	fs.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, in full, with their line and the reason (default: only reported on stderr)")
+	fs.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
+	fs.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
+	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 10ms)")
+	fs.DurationVar(&cfg.timeout, "api-timeout", defaultAPITimeout, "bound on each attempt of an API call, from sending it to reading the whole answer (not the wait on the quota)")
+	fs.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2 // fs has printed the error and the usage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "pipeline: unexpected arguments %q\n", fs.Args())
+		fs.Usage()
+		return 2
+	}
+	err := run(ctx, cfg, stdout, stderr)
+	var ce *configError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ce):
+		fmt.Fprintf(stderr, "pipeline: %v\nRun pipeline -h for the flags.\n", err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "pipeline: %v\n", err)
+	return 1
+}
+
+// configError is a bad command line, environment or input file, found
+// before any API call: the job exits 2 for it.
+type configError struct{ err error }
+
+func (e *configError) Error() string { return e.err.Error() }
+func (e *configError) Unwrap() error { return e.err }
+
+// badConfig returns a *configError with the message fmt.Errorf makes.
+func badConfig(format string, a ...any) error {
+	return &configError{fmt.Errorf(format, a...)}
 }
 
 // run reads cfg.in, enriches every record through the quota, writes the
 // enriched records to cfg.out and the rejected ones to cfg.rejects, and
-// prints a summary on stderr. A bad configuration, an unreadable input or
-// ctx ending is an error before anything is written; rejected records make
-// an error after everything is written.
+// prints a summary on stderr. A bad configuration or an unreadable input
+// is a *configError, and ctx ending an error, before anything is written;
+// rejected records make an error after everything is written.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	start := time.Now()
 	rule, err := throttle.ParseRule(cfg.rule)
 	if err != nil {
-		return fmt.Errorf("-rule: %w", err)
+		return badConfig("-rule: %w", err)
 	}
 	if cfg.rejects == "-" {
-		return errors.New("-rejects -: want a file (stdout carries the output)")
+		return badConfig("-rejects -: want a file (stdout carries the output)")
 	}
 	if cfg.margin < throttle.MinStale {
-		return fmt.Errorf("-margin %v: want at least %v", cfg.margin, throttle.MinStale)
+		return badConfig("-margin %v: want at least %v", cfg.margin, throttle.MinStale)
 	}
 	if cfg.timeout <= 0 {
-		return fmt.Errorf("-api-timeout %v: want more than 0", cfg.timeout)
+		return badConfig("-api-timeout %v: want more than 0", cfg.timeout)
 	}
 	if cfg.workers < 1 {
-		return fmt.Errorf("-workers %d: want at least 1", cfg.workers)
+		return badConfig("-workers %d: want at least 1", cfg.workers)
 	}
 	in, err := readInput(cfg.in)
 	if err != nil {
-		return fmt.Errorf("-in: %w", err)
+		return badConfig("-in: %w", err)
 	}
 
 	api := strings.TrimSuffix(cfg.api, "/")
@@ -156,13 +215,16 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		defer fake.Close()
 		api = fake.URL
 	} else if u, err := url.Parse(api); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("-api %q: want an http:// or https:// URL", cfg.api)
+		return badConfig("-api %q: want an http:// or https:// URL", cfg.api)
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	q, err := openQuota(ctx, cfg.redisURL, rule, cfg.margin, log)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return err
+		}
+		return &configError{err} // a bad REDIS_URL, or a Redis that does not answer as a master
 	}
 	defer q.Close()
 

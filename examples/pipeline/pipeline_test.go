@@ -128,6 +128,8 @@ func TestRunErrors(t *testing.T) {
 			var stderr lockedBuffer
 			err := run(t.Context(), cfg, &stdout, &stderr)
 			require.ErrorContains(t, err, tc.want)
+			var ce *configError
+			require.ErrorAs(t, err, &ce, "a configuration error: exit status 2")
 			require.NotContains(t, err.Error(), "hunter2", "the Redis password")
 			require.Empty(t, stdout.String(), "output of a failed run")
 		})

@@ -129,11 +129,13 @@ type config struct {
 func WithStore(s Store) Option { return func(c *config) { c.store = s } }
 
 // WithMargin sets the guard interval added to every window (default
-// DefaultMargin). Zero is allowed, for callers that count admissions
-// themselves, but requests admitted exactly a window apart reach a target
-// closer together than that: three processes with no margin put 20
-// requests in a second at a target against 10/1s. Negative, or more than
-// MaxWindow, is an error.
+// DefaultMargin). Half of it is the lateness a reservation may be sent
+// with (Reservation.Stale), half the request's way to the target; below
+// MinMargin that does not hold. Zero is allowed, for callers that count
+// admissions themselves, but requests admitted exactly a window apart
+// reach a target closer together than that: three processes with no
+// margin put 20 requests in a second at a target against 10/1s.
+// Negative, or more than MaxWindow, is an error.
 func WithMargin(d time.Duration) Option { return func(c *config) { c.margin = d } }
 
 // WithKeyMode sets how requests are grouped into quotas (default ByHost).

@@ -243,19 +243,29 @@ func (r *Reservation) Delay() time.Duration { return max(0, r.at.Sub(r.t.cfg.now
 // whatever the margin: timers wake a little late even on an idle machine.
 const MinStale = 10 * time.Millisecond
 
+// MinMargin is the least margin that keeps a target's window within its
+// limit when requests are sent as late as Stale allows: MinStale of
+// lateness, and as much again for the request's way to the target after
+// it is sent (writing it, the target's reading and scheduling it). A
+// smaller margin is allowed (see WithMargin) but does not cover that.
+const MinMargin = 2 * MinStale
+
 // Stale reports whether the slot passed so long ago that sending now could
-// break the fleet's limit: by more than the margin (at least MinStale),
-// which is all the lateness the window allows for, counted from the slot or
-// from when ReserveN returned, whichever is later (a slot that was due at
-// once is not stale for the round trip that booked it). A process that was
-// stopped, starved or suspended wakes past its slot; it should Cancel and
-// book again rather than send.
+// break the fleet's limit: by more than half the margin (at least
+// MinStale), counted from the slot or from when ReserveN returned,
+// whichever is later (a slot that was due at once is not stale for the
+// round trip that booked it). The other half of the margin is left for the
+// request's way to the target once sent: a request sent the whole margin
+// late that then took a few milliseconds to arrive would reach the target
+// less than a window before one sent on time. A process that was stopped,
+// starved or suspended wakes past its slot; it should Cancel and book
+// again rather than send.
 func (r *Reservation) Stale() bool {
 	due := r.at
 	if r.made.After(due) {
 		due = r.made
 	}
-	return r.t.cfg.now().Sub(due) > max(r.t.cfg.margin, MinStale)
+	return r.t.cfg.now().Sub(due) > max(r.t.cfg.margin/2, MinStale)
 }
 
 // Target returns the name of the quota the reservation counts against.

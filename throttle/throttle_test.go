@@ -661,6 +661,25 @@ func TestAReservationGoesStaleAfterTheMargin(t *testing.T) {
 	})
 }
 
+// TestStaleLeavesHalfTheMarginForTheWay: a reservation goes stale half the
+// margin past its slot, so that a request sent just before that still has
+// the other half for its way to the target.
+func TestStaleLeavesHalfTheMarginForTheWay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules, err := ParseRules("*=10/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithMargin(60*time.Millisecond))
+		require.NoError(t, err)
+		defer tr.Close()
+		r, err := tr.ReserveN(context.Background(), "one.example", 1)
+		require.NoError(t, err)
+		time.Sleep(29 * time.Millisecond)
+		require.False(t, r.Stale(), "29 ms late, against half of a 60 ms margin")
+		time.Sleep(2 * time.Millisecond)
+		require.True(t, r.Stale(), "31 ms late: the target may see it less than a window after the next")
+	})
+}
+
 func TestAWaitThatWakesLongPastItsSlotBooksAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var frozen atomic.Int64 // how long the process was stopped, as its clock sees it

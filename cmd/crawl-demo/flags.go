@@ -117,7 +117,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&cfg.def, "default", "limit for the targets no -rule matches: `N/DURATION[,gap=DURATION]`")
 	fs.IntVar(&cfg.workers, "workers", defaultWorkers, "concurrent fetches, at least 1 (the demo: per group, and 4 unless set)")
 	fs.IntVar(&cfg.retries, "retries", defaultRetries, "retries after the first attempt of a URL (0: none)")
-	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to every rule's window (at least 10ms)")
+	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to every rule's window (at least 20ms)")
 	fs.Var(&cfg.keyMode, "key", "what shares one quota: `host|domain|ip` (default host)")
 	fs.Var(&cfg.policy, "on-store-error", "what to do when the store fails: keep this process's share of each limit, drop the limits, or wait for the store: `local|open|closed` (default local)")
 	fs.DurationVar(&cfg.timeout, "timeout", defaultTimeout, "bound on each attempt, from sending it to reading the whole response (not the wait for the quota)")
@@ -150,14 +150,14 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 func (c *config) validate(fs *flag.FlagSet) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	const minMargin = throttle.MinStale
+	const minMargin = throttle.MinMargin
 	switch {
 	case c.workers < 1:
 		return usagef("-workers %d: must be at least 1", c.workers)
 	case c.retries < 0:
 		return usagef("-retries %d: must not be negative", c.retries)
 	case c.margin < minMargin:
-		return usagef("-margin %v: must be at least %v: requests admitted a window apart reach the target closer together than that, so with less it sees more than a rule allows in a window", c.margin, minMargin)
+		return usagef("-margin %v: must be at least %v: a request may be sent up to half the margin after its slot and needs the other half to reach the target, so with less the target can see more than a rule allows in a window", c.margin, minMargin)
 	case c.margin > throttle.MaxWindow:
 		return usagef("-margin %v: must be at most 366 days", c.margin)
 	case c.timeout <= 0:

@@ -139,7 +139,7 @@ func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.
 	fs.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, in full, with their line and the reason (default: only reported on stderr)")
 	fs.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
 	fs.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
-	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 10ms)")
+	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 20ms)")
 	fs.DurationVar(&cfg.timeout, "api-timeout", defaultAPITimeout, "bound on each attempt of an API call, from sending it to reading the whole answer (not the wait on the quota)")
 	fs.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
 	if err := fs.Parse(args); err != nil {
@@ -192,8 +192,8 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if cfg.rejects == "-" {
 		return badConfig("-rejects -: want a file (stdout carries the output)")
 	}
-	if cfg.margin < throttle.MinStale {
-		return badConfig("-margin %v: want at least %v", cfg.margin, throttle.MinStale)
+	if cfg.margin < throttle.MinMargin {
+		return badConfig("-margin %v: want at least %v", cfg.margin, throttle.MinMargin)
 	}
 	if cfg.timeout <= 0 {
 		return badConfig("-api-timeout %v: want more than 0", cfg.timeout)

@@ -427,6 +427,8 @@ func TestAYoungStoreHoldsTargetsFoundEmpty(t *testing.T) {
 // data were young long after it began; Close stops that upkeep.
 func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
 	client := redistest.StartCluster(t).Client(t)
+	pipes := &pipelineSizes{}
+	client.AddHook(pipes)
 	ctx := context.Background()
 	prefix := redistest.KeyPrefix(t)
 	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
@@ -443,6 +445,11 @@ func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
 		return int(n.Load())
 	}
 	require.Eventually(t, func() bool { return count() == slots }, 10*time.Second, 50*time.Millisecond, "every slot's epoch")
+	// The pass went in paced chunks, not in one pipeline that would hold
+	// every node while the first decisions wait behind it.
+	n, largest := pipes.get()
+	require.GreaterOrEqual(t, n, slots/epochChunk, "pipelines of the pass")
+	require.LessOrEqual(t, largest, epochChunk, "commands in a pipeline of the pass")
 	for _, target := range []string{"b.example", "c.example", "10.0.0.1"} {
 		ttl, err := client.PTTL(ctx, s.epochKey(target)).Result()
 		require.NoError(t, err)
@@ -481,6 +488,30 @@ func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
 	}
 	require.Empty(t, s.renewEpochs(ctx, all), "keys the pass failed on")
 	require.Equal(t, slots, count())
+}
+
+// pipelineSizes is a go-redis hook that counts pipelines and keeps the
+// largest one's length.
+type pipelineSizes struct {
+	mu         sync.Mutex
+	n, largest int
+}
+
+func (p *pipelineSizes) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (p *pipelineSizes) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (p *pipelineSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		p.mu.Lock()
+		p.n, p.largest = p.n+1, max(p.largest, len(cmds))
+		p.mu.Unlock()
+		return next(ctx, cmds)
+	}
+}
+
+func (p *pipelineSizes) get() (n, largest int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n, p.largest
 }
 
 // TestCloseDoesNotWaitOnAHungNode: a node that takes the connection and

@@ -262,6 +262,17 @@ const (
 	epochRetry = time.Minute
 )
 
+// A pass over the epoch keys goes epochChunk keys at a time (one pipeline
+// each, split by node), epochPause apart. All 16,384 in one go, at a
+// store's first decision, held the nodes so long that the first decisions
+// queued behind them missed the store timeout: four crawlers starting
+// together on a three-node Cluster fell back at once in every run, and in
+// none with the pass paced.
+const (
+	epochChunk = 256
+	epochPause = 5 * time.Millisecond
+)
+
 // keepsEpochs reports whether the store should keep every slot's epoch key:
 // on a Cluster, or through a plain client on a node in cluster mode (it no
 // longer batches). A Ring routes a slot's key to another shard than the
@@ -297,9 +308,10 @@ func (s *RedisStore) keepEpochs() {
 	}
 	keys := all
 	for {
-		pass, end := context.WithTimeout(ctx, 10*time.Second)
-		keys = s.renewEpochs(pass, keys)
-		end()
+		keys = s.renewEpochsPaced(ctx, keys)
+		if ctx.Err() != nil {
+			return
+		}
 		wait := epochRetry
 		if len(keys) == 0 {
 			keys, wait = all, epochEvery
@@ -311,6 +323,26 @@ func (s *RedisStore) keepEpochs() {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// renewEpochsPaced renews keys epochChunk at a time, epochPause apart (see
+// epochChunk), within 30 s in all, and returns the keys it failed on or
+// did not reach before then or before ctx ended.
+func (s *RedisStore) renewEpochsPaced(ctx context.Context, keys []string) []string {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var failed []string
+	for i := 0; i < len(keys); i += epochChunk {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return append(failed, keys[i:]...)
+			case <-time.After(epochPause):
+			}
+		}
+		failed = append(failed, s.renewEpochs(ctx, keys[i:min(i+epochChunk, len(keys))])...)
+	}
+	return failed
 }
 
 // renewEpochs runs the script's epoch op on keys, one call each, in a

@@ -33,9 +33,12 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 	}
 	tg.degraded, tg.probed, tg.since = true, now, now
 	tg.mu.Unlock()
+	// One line per process, not per target: first_target is the target
+	// whose call failed first.
 	if t.degraded.Add(1) == 1 {
+		t.fellBack.Store(now.UnixNano())
 		t.cfg.logger.Warn("fleetgate: store failed; deciding by the failure policy",
-			"policy", t.cfg.policy.String(), "target", tg.name, "error", cause)
+			"policy", t.cfg.policy.String(), "first_target", tg.name, "error", cause)
 	}
 }
 
@@ -84,7 +87,8 @@ func (tg *target) degradedNow(t *Throttler) error {
 	tg.degraded = false
 	tg.mu.Unlock()
 	if t.degraded.Add(-1) == 0 {
-		t.cfg.logger.Info("fleetgate: store is back; deciding by the store again", "target", tg.name)
+		t.cfg.logger.Info("fleetgate: store is back; deciding by the store again",
+			"last_target", tg.name, "after", t.cfg.now().Sub(time.Unix(0, t.fellBack.Load())).Round(time.Millisecond))
 	}
 	return nil
 }

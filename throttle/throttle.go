@@ -30,8 +30,9 @@ type Throttler struct {
 
 	hosts     sync.Map // raw host -> *hostEntry
 	hostCount atomic.Int64
-	targets   sync.Map // target name -> *target
-	degraded  atomic.Int64
+	targets   sync.Map     // target name -> *target
+	degraded  atomic.Int64 // targets decided by the failure policy
+	fellBack  atomic.Int64 // when degraded last rose from 0 (unix ns)
 	deadlines deadlines    // of store calls
 	youngLog  atomic.Int64 // when a young store's hold was last logged (unix ns)
 

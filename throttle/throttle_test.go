@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,6 +294,44 @@ func TestConcurrentWaitersShareStoreCalls(t *testing.T) {
 		}
 		wg.Wait()
 		require.Less(t, store.reserves.Load(), int64(100), "8 waiters × 25 admissions must share calls")
+	})
+}
+
+// TestFallbackIsLoggedOncePerProcess: an outage over several targets is one
+// line when it begins, naming the first target that failed, and one when
+// it ends, naming the last target back and how long the fallback lasted.
+func TestFallbackIsLoggedOncePerProcess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore()}
+		defer store.Close()
+		var logged strings.Builder
+		rules, err := ParseRules("*=100/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen),
+			WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{
+				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				}}))))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+		store.fail.Store(true)
+		for _, host := range []string{"a.example", "b.example", "a.example"} {
+			require.NoError(t, tr.Wait(ctx, host))
+		}
+		time.Sleep(3 * time.Second)
+		store.fail.Store(false)
+		for _, host := range []string{"a.example", "b.example"} {
+			require.NoError(t, tr.Wait(ctx, host))
+		}
+		require.Equal(t, ModeStore, tr.Mode())
+		require.Equal(t,
+			"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=a.example error=\"store down\"\n"+
+				"level=INFO msg=\"fleetgate: store is back; deciding by the store again\" last_target=b.example after=3s\n",
+			logged.String())
 	})
 }
 

@@ -43,6 +43,11 @@ type config struct {
 // every worker so long that the failure policy no longer means much.
 const maxStoreTimeout = time.Minute
 
+// maxWorkers bounds -workers: each worker is a goroutine with its buffers,
+// and a connection per host up to that many; fifty million of them took 2.6
+// GB for a file of one URL.
+const maxWorkers = 10000
+
 // Defaults of the flags.
 const (
 	defaultRule    = "1/1s"
@@ -115,7 +120,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&cfg.listLogs, "redis-list-logs", false, "keep every log in a Redis list, as releases before short logs moved into meta did, while processes of such a release share -redis (a rolling upgrade: see the README)")
 	fs.Var(&cfg.rules, "rule", "limit for the targets matching PATTERN (a host, an IP or *.domain): `PATTERN=N/DURATION[,gap=DURATION]`, e.g. example.com=10/1s or *.example.org=100/1m,gap=200ms (repeatable)")
 	fs.Var(&cfg.def, "default", "limit for the targets no -rule matches: `N/DURATION[,gap=DURATION]`")
-	fs.IntVar(&cfg.workers, "workers", defaultWorkers, "concurrent fetches, at least 1 (the demo: per group, and 4 unless set)")
+	fs.IntVar(&cfg.workers, "workers", defaultWorkers, "concurrent fetches, from 1 to 10000 (the demo: per group, and 4 unless set)")
 	fs.IntVar(&cfg.retries, "retries", defaultRetries, "retries after the first attempt of a URL (0: none)")
 	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to every rule's window (at least 20ms)")
 	fs.Var(&cfg.keyMode, "key", "what shares one quota: `host|domain|ip` (default host)")
@@ -154,6 +159,8 @@ func (c *config) validate(fs *flag.FlagSet) error {
 	switch {
 	case c.workers < 1:
 		return usagef("-workers %d: must be at least 1", c.workers)
+	case c.workers > maxWorkers:
+		return usagef("-workers %d: must be at most %d", c.workers, maxWorkers)
 	case c.retries < 0:
 		return usagef("-retries %d: must not be negative", c.retries)
 	case c.margin < minMargin:

@@ -22,6 +22,7 @@ func TestBadCommandLines(t *testing.T) {
 	}{
 		{"zero workers", crawl("-workers", "0"), []string{"-workers 0"}},
 		{"negative workers", crawl("-workers", "-3"), []string{"-workers -3"}},
+		{"too many workers", crawl("-workers", "50000000"), []string{"-workers 50000000", "at most 10000"}},
 		{"rule without pattern", crawl("-rule", "foo"), []string{`"foo"`, "PATTERN=N/DURATION"}},
 		{"rule with zero limit", crawl("-rule", "x=0/1s"), []string{`"x"`, `"0/1s"`, "limit must be at least 1"}},
 		{"rule with bad pattern", crawl("-rule", "a*b=1/1s"), []string{`"a*b"`}},

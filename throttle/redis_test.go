@@ -175,40 +175,43 @@ func TestProbeWantsAMaster(t *testing.T) {
 
 // TestStoreErrorsNeverShowThePassword: a server that does not know AUTH
 // quotes the connection's AUTH, password and all, in the error of every
-// call; the store's errors and the Throttler's log lines show "***"
-// instead.
+// call (a long password cut at 128 bytes); the store's errors and the
+// Throttler's log lines show "***" instead.
 func TestStoreErrorsNeverShowThePassword(t *testing.T) {
-	const password = "Sup3rS3cret-pw"
 	ctx := context.Background()
 	srv := redistest.StartServer(t, "--rename-command", "AUTH", "", "--rename-command", "HELLO", "")
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "admin", Password: password, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { client.Close() })
-	require.ErrorContains(t, client.Ping(ctx).Err(), password, "the server must quote the password for this test to mean anything")
+	for _, password := range []string{"Sup3rS3cret-pw", "a", strings.Repeat("Z", 150)} {
+		t.Run(fmt.Sprintf("%d bytes", len(password)), func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "admin", Password: password, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { client.Close() })
+			shown := password[:min(len(password), 20)]
+			require.ErrorContains(t, client.Ping(ctx).Err(), "'admin' '"+shown, "the server must quote the password for this test to mean anything")
 
-	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
-	require.NoError(t, err)
-	err = s.Probe(ctx)
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), password)
-	require.Contains(t, err.Error(), "'admin' '***'")
-	_, err = s.Reserve(ctx, "example.com", Limit{Limit: 10, Window: time.Second}, []Request{{ID: 1, N: 1}}, make([]Grant, 1))
-	require.Error(t, err)
-	require.NotContains(t, err.Error(), password)
-	require.Contains(t, err.Error(), "***")
+			s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+			require.NoError(t, err)
+			err = s.Probe(ctx)
+			require.Error(t, err)
+			require.Equal(t, "ERR unknown command 'auth', with args beginning with: ***", err.Error())
+			_, err = s.Reserve(ctx, "example.com", Limit{Limit: 10, Window: time.Second}, []Request{{ID: 1, N: 1}}, make([]Grant, 1))
+			require.Error(t, err)
+			require.NotContains(t, err.Error(), "'admin' '"+shown)
+			require.Contains(t, err.Error(), "with args beginning with: ***")
 
-	var logged strings.Builder
-	rules, err := ParseRules("*=10/1s")
-	require.NoError(t, err)
-	thr, err := New(rules, WithStore(s), WithFailurePolicy(FailOpen),
-		WithLogger(slog.New(slog.NewTextHandler(&lockedWriter{w: &logged}, nil))))
-	require.NoError(t, err)
-	t.Cleanup(func() { thr.Close() })
-	d, err := thr.Allow(ctx, "example.com")
-	require.NoError(t, err)
-	require.True(t, d.Allowed, "open admits when the store fails")
-	require.NoError(t, thr.Close())
-	require.Contains(t, logged.String(), "***", "the store's failure is logged")
-	require.NotContains(t, logged.String(), password)
+			var logged strings.Builder
+			rules, err := ParseRules("*=10/1s")
+			require.NoError(t, err)
+			thr, err := New(rules, WithStore(s), WithFailurePolicy(FailOpen),
+				WithLogger(slog.New(slog.NewTextHandler(&lockedWriter{w: &logged}, nil))))
+			require.NoError(t, err)
+			t.Cleanup(func() { thr.Close() })
+			d, err := thr.Allow(ctx, "example.com")
+			require.NoError(t, err)
+			require.True(t, d.Allowed, "open admits when the store fails")
+			require.NoError(t, thr.Close())
+			require.Contains(t, logged.String(), "with args beginning with: ***", "the store's failure is logged")
+			require.NotContains(t, logged.String(), "'admin' '"+shown)
+		})
+	}
 }
 
 // lockedWriter serialises writes to w.
@@ -238,13 +241,27 @@ func TestHidePasswords(t *testing.T) {
 	defer plain.Close()
 	require.Empty(t, passwordsOf(plain))
 
-	cause := fmt.Errorf("dial: pw1 refused: %w", context.DeadlineExceeded)
-	err := hidePasswords(fmt.Errorf("store: %w", cause), []string{"pw1"})
+	const pw = "Sup3rS3cret-pw"
+	cause := fmt.Errorf("dial: "+pw+" refused: %w", context.DeadlineExceeded)
+	err := hidePasswords(fmt.Errorf("store: %w", cause), []string{pw})
 	require.EqualError(t, err, "store: dial: *** refused: context deadline exceeded")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	other := errors.New("no secret here")
-	require.Same(t, other, hidePasswords(other, []string{"pw1"}))
-	require.NoError(t, hidePasswords(nil, []string{"pw1"}))
+	require.Same(t, other, hidePasswords(other, []string{pw}))
+	require.NoError(t, hidePasswords(nil, []string{pw}))
+
+	// A Redis error stays one, its text hidden too: redis.HasErrorPrefix
+	// (CROSSSLOT, NOSCRIPT) still reads it.
+	srv := redistest.StartServer(t)
+	c := srv.Client(t)
+	rerr := c.Do(context.Background(), "CROSSSLOTX", pw).Err()
+	require.ErrorContains(t, rerr, pw)
+	err = hidePasswords(fmt.Errorf("run: %w", rerr), []string{pw})
+	require.NotContains(t, err.Error(), pw)
+	require.True(t, redis.HasErrorPrefix(err, "unknown command"), "%v", err)
+	var re redis.Error
+	require.ErrorAs(t, err, &re)
+	require.NotContains(t, re.Error(), pw)
 }
 
 // TestRedisUsesServerTime: processes whose local clocks disagree by an hour

@@ -3,9 +3,10 @@ package throttle
 import (
 	"errors"
 	"slices"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fleetgate/fleetgate/internal/secret"
 )
 
 // passwordsOf returns the passwords in client's options. A server's error
@@ -27,29 +28,29 @@ func passwordsOf(client redis.UniversalClient) []string {
 	return slices.DeleteFunc(ps, func(p string) bool { return p == "" })
 }
 
-// hidePasswords returns err with every one of passwords in its text shown
-// as "***", or err itself when its text holds none (nil stays nil). The
-// error it returns matches with errors.Is whatever err matched, but
-// errors.As does not reach err's chain, whose text holds a password.
+// hidePasswords returns err with passwords taken out of its text (see
+// secret.Hide), or err itself when its text holds none of them (nil stays
+// nil). The error it returns matches with errors.Is whatever err matched,
+// and with errors.As a redis.Error, as its text, when err has one
+// (redis.HasErrorPrefix still reads it); other errors of err's chain,
+// whose text may hold a password, are not reached.
 func hidePasswords(err error, passwords []string) error {
 	if err == nil || len(passwords) == 0 {
 		return err
 	}
 	msg := err.Error()
-	hidden := msg
-	for _, p := range passwords {
-		hidden = strings.ReplaceAll(hidden, p, "***")
-	}
+	hidden := secret.Hide(msg, passwords)
 	if hidden == msg {
 		return err
 	}
-	return &hiddenError{msg: hidden, err: err}
+	return &hiddenError{msg: hidden, err: err, passwords: passwords}
 }
 
 // hiddenError is an error whose text had a password taken out.
 type hiddenError struct {
-	msg string
-	err error // the original, not exposed: its text holds the password
+	msg       string
+	err       error // the original, not exposed: its text holds the password
+	passwords []string
 }
 
 func (e *hiddenError) Error() string { return e.msg }
@@ -57,3 +58,26 @@ func (e *hiddenError) Error() string { return e.msg }
 // Is reports whether the original error matches target, so that
 // errors.Is(err, context.DeadlineExceeded) and the like still answer.
 func (e *hiddenError) Is(target error) bool { return errors.Is(e.err, target) }
+
+// As sets a *redis.Error target to the original's redis.Error with its
+// text hidden too.
+func (e *hiddenError) As(target any) bool {
+	p, ok := target.(*redis.Error)
+	if !ok {
+		return false
+	}
+	var re redis.Error
+	if !errors.As(e.err, &re) {
+		return false
+	}
+	*p = hiddenRedisError(secret.Hide(re.Error(), e.passwords))
+	return true
+}
+
+// hiddenRedisError is a redis.Error with a password taken out of its text.
+type hiddenRedisError string
+
+func (e hiddenRedisError) Error() string { return string(e) }
+
+// RedisError marks it as a redis.Error.
+func (hiddenRedisError) RedisError() {}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +96,28 @@ func TestRedisURLNeverShowsThePassword(t *testing.T) {
 			require.Contains(t, got.stderr, "***@host")
 		})
 	}
+}
+
+// TestLogsNeverShowTheRedisPasswords: every log line of a run with -redis
+// goes through hideInLogs, which takes the URL's passwords out of the
+// message and of every attribute, in groups and errors too.
+func TestLogsNeverShowTheRedisPasswords(t *testing.T) {
+	const pw, sentinelPw = "Sup3rS3cret-cli", "Sup3rS3cret-cli-sentinel"
+	rc, err := parseRedisURL("redis://u:" + sentinelPw + "@h:1?master_name=m&password=" + pw)
+	require.NoError(t, err)
+	var out strings.Builder
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{ReplaceAttr: rc.hideInLogs()}))
+	log.Warn("auth failed for "+pw, "error", fmt.Errorf("dial: 'u' '%s' and %s", pw, sentinelPw),
+		slog.Group("store", "reply", "ERR unknown command 'auth', with args beginning with: 'u' '"+pw[:5]))
+	got := out.String()
+	require.NotContains(t, got, pw[:5])
+	require.Contains(t, got, `msg="auth failed for ***"`)
+	require.Contains(t, got, `error="dial: 'u' '***' and ***"`)
+	require.Contains(t, got, `store.reply="ERR unknown command 'auth', with args beginning with: ***"`)
+
+	none, err := parseRedisURL("redis://h:1/0")
+	require.NoError(t, err)
+	require.Nil(t, none.hideInLogs(), "no password, nothing to hide")
 }
 
 func TestParseRedisURL(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/fleetgate/fleetgate/internal/secret"
 	"github.com/fleetgate/fleetgate/throttle"
 )
 
@@ -159,13 +160,22 @@ func secretParam(k string) bool {
 	return strings.Contains(strings.ToLower(k), "password")
 }
 
-// scrub removes raw, its user and its passwords from msg.
+// scrub removes raw, its user and its passwords from a message about the
+// URL (a parse error, which may quote any part of it): the passwords
+// wherever they appear, however short, the user where it stands quoted
+// (secret.Hide).
 func scrub(msg, raw string, u *url.URL) string {
-	secrets := passwordsOf(u)
-	if u.User != nil && u.User.Username() != "" {
-		secrets = append(secrets, u.User.Username())
+	ps := passwordsOf(u)
+	secrets := ps
+	if u.User != nil {
+		secrets = append(slices.Clip(ps), u.User.Username())
 	}
-	return hideAll(strings.ReplaceAll(msg, raw, redact(raw)), secrets)
+	msg = secret.Hide(strings.ReplaceAll(msg, raw, redact(raw)), secrets)
+	slices.SortFunc(ps, func(a, b string) int { return len(b) - len(a) }) // one may begin with another
+	for _, p := range ps {
+		msg = strings.ReplaceAll(msg, p, "***")
+	}
+	return msg
 }
 
 // passwordsOf returns u's password and the values of its query parameters
@@ -184,20 +194,13 @@ func passwordsOf(u *url.URL) []string {
 	return slices.DeleteFunc(ps, func(s string) bool { return s == "" })
 }
 
-// hideAll returns msg with each of secrets shown as "***".
-func hideAll(msg string, secrets []string) string {
-	for _, s := range secrets {
-		msg = strings.ReplaceAll(msg, s, "***")
-	}
-	return msg
-}
-
-// hide returns msg with the URL's passwords shown as "***": a server's
-// error may quote them (one that does not know AUTH answers "unknown
-// command 'auth', with args beginning with: 'user' 'password'"). Every log
-// line and every message about the store goes through it. The user is
-// left: hiding a name such as "default" everywhere would garble the logs.
-func (rc *redisConfig) hide(msg string) string { return hideAll(msg, rc.secrets) }
+// hide returns msg with the URL's passwords taken out (secret.Hide): a
+// server's error may quote them (one that does not know AUTH answers
+// "unknown command 'auth', with args beginning with: 'user' 'password'").
+// Every log line and every message about the store goes through it. The
+// user is left: hiding a name such as "default" everywhere would garble
+// the logs.
+func (rc *redisConfig) hide(msg string) string { return secret.Hide(msg, rc.secrets) }
 
 // hideInLogs is a slog ReplaceAttr function that shows the URL's
 // passwords as "***" in every attribute and message; nil when the URL has

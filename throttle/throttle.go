@@ -247,8 +247,11 @@ const MinStale = 10 * time.Millisecond
 // MinMargin is the least margin that keeps a target's window within its
 // limit when requests are sent as late as Stale allows: MinStale of
 // lateness, and as much again for the request's way to the target after
-// it is sent (writing it, the target's reading and scheduling it). A
-// smaller margin is allowed (see WithMargin) but does not cover that.
+// it is sent (writing it, the target's reading and scheduling it). It
+// assumes a store whose round trip is well below that (a Redis nearby): a
+// slot's local time is the middle of the call that booked it, and may be
+// off by up to half of its round trip. A smaller margin is allowed (see
+// WithMargin) but does not cover that.
 const MinMargin = 2 * MinStale
 
 // Stale reports whether the slot passed so long ago that sending now could

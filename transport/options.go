@@ -33,6 +33,7 @@ type config struct {
 	pausePolicy    *backoff.Exponential // 429 without Retry-After; nil until New
 	maxRetryAfter  time.Duration
 	attemptsHeader string
+	attemptTimeout time.Duration // 0: none
 	onAttempt      func(AttemptInfo)
 	logger         *slog.Logger
 	now            func() time.Time // the local clock; tests replace it
@@ -76,6 +77,21 @@ func WithPauseBackoff(p *backoff.Exponential) Option {
 // its pauses again at its own maximum (throttle.WithMaxPause).
 func WithMaxRetryAfter(d time.Duration) Option {
 	return func(c *config) { c.maxRetryAfter = d }
+}
+
+// WithAttemptTimeout bounds each attempt by d, from when it is handed to
+// the base RoundTripper (its slot reached) until its response's body is
+// closed: the connection, the request, the headers and the whole body. The
+// wait on the quota and the delay before a retry do not count, which an
+// http.Client's Timeout, spanning every attempt and every wait, cannot
+// leave out; a second wait on the quota inside the attempt (its connection
+// came too late for its slot, see RoundTrip) does. An attempt that runs
+// out fails with an error that matches context.DeadlineExceeded and is
+// retried as a timeout; a body read past it fails with that error too. A
+// 101 response's connection is bounded likewise, so leave it unset for
+// upgrades meant to last. d <= 0 (the default) sets no bound.
+func WithAttemptTimeout(d time.Duration) Option {
+	return func(c *config) { c.attemptTimeout = max(d, 0) }
 }
 
 // WithAttemptsHeader makes the Transport set the header name on every

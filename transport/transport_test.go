@@ -540,3 +540,53 @@ func TestSlotBookedBeforeAPauseWaitsItOut(t *testing.T) {
 	between(t, 530*time.Millisecond, 900*time.Millisecond, a[1].at.Sub(a[0].at), "second arrival after the first")
 	between(t, 480*time.Millisecond, 900*time.Millisecond, rec.all()[1].Waited, "second request's wait")
 }
+
+// TestAttemptTimeoutBoundsEachAttemptNotTheQuota: an attempt that hangs is
+// cut at the attempt timeout and retried; the retry's wait on the quota,
+// longer than the timeout, does not count against it.
+func TestAttemptTimeoutBoundsEachAttemptNotTheQuota(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 0 {
+			<-r.Context().Done() // hangs until the client gives up
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	var infos []transport.AttemptInfo
+	rt := transport.New(nil, newThrottler(t, "1/400ms", throttle.WithMargin(0)), fastRetries(),
+		transport.WithAttemptTimeout(150*time.Millisecond),
+		transport.OnAttempt(func(a transport.AttemptInfo) { infos = append(infos, a) }))
+	start := time.Now()
+	resp, err := roundTrip(t, rt, get(t, t.Context(), tg.URL))
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, "ok", string(body))
+	require.Len(t, infos, 2)
+	require.ErrorIs(t, infos[0].Err, context.DeadlineExceeded, "the first attempt ran out")
+	require.GreaterOrEqual(t, infos[1].Waited, 200*time.Millisecond, "the retry waited on the quota longer than the timeout")
+	between(t, 400*time.Millisecond, 3*time.Second, time.Since(start), "time to the answer")
+}
+
+// TestAttemptTimeoutCoversTheBody: the bound runs until the body is read,
+// so a body that stalls after the headers fails rather than hangs.
+func TestAttemptTimeoutCoversTheBody(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "partial")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	rt := transport.New(nil, newThrottler(t, "100/1s"), transport.WithoutRetries(),
+		transport.WithAttemptTimeout(150*time.Millisecond))
+	start := time.Now()
+	resp, err := roundTrip(t, rt, get(t, t.Context(), tg.URL))
+	require.NoError(t, err)
+	require.Equal(t, 200, resp.StatusCode)
+	_, err = io.ReadAll(resp.Body)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.NoError(t, resp.Body.Close())
+	between(t, 100*time.Millisecond, 2*time.Second, time.Since(start), "time to the failed read")
+}

@@ -32,35 +32,29 @@ const interrupted = "interrupted: not fetched"
 type sendsKey struct{}
 
 // attemptTransport is the base RoundTripper under the throttled transport,
-// so it sees each attempt once it is allowed to go. It bounds the attempt by
-// timeout (sending it and reading its body, not the wait for the quota),
-// counts it in the request's send counter, if any, and reports it to
-// observe, if set.
+// so it sees each attempt once it is allowed to go (and bounded by
+// -timeout, transport.WithAttemptTimeout). It counts the attempt in the
+// request's send counter, if any, and reports it to observe, if set.
 type attemptTransport struct {
 	base    http.RoundTripper
-	timeout time.Duration
 	observe func(sent time.Time, status int) // status 0: no response
 }
 
 // RoundTrip sends one attempt.
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	n, _ := req.Context().Value(sendsKey{}).(*atomic.Int32)
-	if n != nil {
+	if n, _ := req.Context().Value(sendsKey{}).(*atomic.Int32); n != nil {
 		n.Add(1)
-	}
-	ctx, cancel := context.WithTimeout(req.Context(), t.timeout)
-	if n != nil {
 		// net/http sends a request again, on another connection, when a
 		// reused one fails before the response: each write is a send.
 		var writes atomic.Int32
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
 			if w.Err == nil && writes.Add(1) > 1 {
 				n.Add(1)
 			}
-		}})
+		}}))
 	}
 	sent := time.Now()
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	resp, err := t.base.RoundTrip(req)
 	if t.observe != nil {
 		status := 0
 		if err == nil {
@@ -68,25 +62,7 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		}
 		t.observe(sent, status)
 	}
-	if err != nil {
-		cancel()
-		return nil, err
-	}
-	resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-	return resp, nil
-}
-
-// cancelOnClose ends an attempt's context when its body is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-// Close closes the body and releases the attempt's timer.
-func (b *cancelOnClose) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
+	return resp, err
 }
 
 // fleetClient is an http.Client that waits on a Throttler before every
@@ -102,8 +78,9 @@ type fleetClient struct {
 func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, observe func(time.Time, int)) *fleetClient {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = cfg.workers
-	rt := transport.New(&attemptTransport{base: base, timeout: cfg.timeout, observe: observe}, thr,
+	rt := transport.New(&attemptTransport{base: base, observe: observe}, thr,
 		transport.WithRetries(cfg.retries+1),
+		transport.WithAttemptTimeout(cfg.timeout),
 		transport.WithLogger(log),
 		transport.OnAttempt(func(a transport.AttemptInfo) {
 			if a.Err == nil && a.Status < 400 && a.Pause == 0 {

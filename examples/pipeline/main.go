@@ -108,6 +108,10 @@ func main() {
 }
 
 // usage heads the -h text; the flags follow it.
+// defaultAPITimeout is -api-timeout's default: far more than a lookup of
+// one country takes, far less than a job should sit on an API that hangs.
+const defaultAPITimeout = 10 * time.Second
+
 const usage = `Usage: pipeline [flags]
 
 Reads the CSV file -in, enriches every record through the API, each call
@@ -234,7 +238,13 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	base.MaxIdleConnsPerHost = cfg.workers
 	defer base.CloseIdleConnections()
 	var calls, tooMany atomic.Int64
-	client := &http.Client{Transport: transport.New(&attemptTimeout{base: base, timeout: cfg.timeout}, q.Throttler,
+	// -api-timeout bounds each attempt from when the quota lets it go
+	// until its answer's body is closed; the wait on the quota does not
+	// count, a second wait the transport makes when the connection came
+	// too late for the attempt's slot does. An attempt that runs out is
+	// retried like any other timeout.
+	client := &http.Client{Transport: transport.New(base, q.Throttler,
+		transport.WithAttemptTimeout(cfg.timeout),
 		transport.WithLogger(log),
 		transport.OnAttempt(func(a transport.AttemptInfo) {
 			calls.Add(1)

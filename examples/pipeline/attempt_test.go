@@ -53,9 +53,9 @@ func TestAHungCallIsRejectedAtTheTimeout(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 
-	err := run(ctx, config{in: in, out: out, api: srv.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: 100 * time.Millisecond, workers: 4}, io.Discard, &stderr)
+	err := run(ctx, config{in: in, out: out, api: srv.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: 300 * time.Millisecond, workers: 4}, io.Discard, &stderr)
 	require.EqualError(t, err, "2 of 4 records rejected, each reported above", stderr.String())
-	require.Less(t, time.Since(start), 5*time.Second, "four attempts of 100ms and the delays between them")
+	require.Less(t, time.Since(start), 6*time.Second, "four attempts of 300ms and the delays between them")
 
 	require.Equal(t, [][]string{
 		{"id", "country_code", "country_name", "region"},
@@ -63,8 +63,8 @@ func TestAHungCallIsRejectedAtTheTimeout(t *testing.T) {
 		{"R4", "JP", countries["JP"].Name, countries["JP"].Region},
 	}, readCSV(t, out))
 	for _, want := range []string{
-		"line 3 rejected: GET " + srv.URL + `/v1/countries/XH: no answer within -api-timeout 100ms: transport: attempt 4 to "` + strings.TrimPrefix(srv.URL, "http://") + `": context deadline exceeded`,
-		"line 4 rejected: GET " + srv.URL + "/v1/countries/XB: the answer did not end within -api-timeout 100ms: context deadline exceeded",
+		"line 3 rejected: GET " + srv.URL + `/v1/countries/XH: no answer within -api-timeout 300ms: transport: attempt 4 to "` + strings.TrimPrefix(srv.URL, "http://") + `": context deadline exceeded`,
+		"line 4 rejected: GET " + srv.URL + "/v1/countries/XB: the answer did not end within -api-timeout 300ms: context deadline exceeded",
 		"pipeline: 4 records: 2 enriched, 2 rejected; 7 API calls, 0 answered 429",
 	} {
 		require.Contains(t, stderr.String(), want)

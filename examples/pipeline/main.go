@@ -75,6 +75,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -108,6 +109,20 @@ func main() {
 }
 
 // usage heads the -h text; the flags follow it.
+// sameFile reports whether the file names a and b (neither "" nor "-",
+// stdout) name one file: the same path, or two paths to one existing file.
+func sameFile(a, b string) bool {
+	if a == "" || b == "" || a == "-" || b == "-" {
+		return false
+	}
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
 // defaultAPITimeout is -api-timeout's default: far more than a lookup of
 // one country takes, far less than a job should sit on an API that hangs.
 const defaultAPITimeout = 10 * time.Second
@@ -195,6 +210,15 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 	if cfg.rejects == "-" {
 		return badConfig("-rejects -: want a file (stdout carries the output)")
+	}
+	for _, f := range []struct{ a, b, what string }{
+		{cfg.out, cfg.in, "-out is the -in file, which it would overwrite"},
+		{cfg.rejects, cfg.in, "-rejects is the -in file, which it would overwrite"},
+		{cfg.rejects, cfg.out, "-rejects is the -out file: one would overwrite the other"},
+	} {
+		if sameFile(f.a, f.b) {
+			return badConfig("%s %s", f.a, f.what)
+		}
 	}
 	if cfg.margin < throttle.MinMargin {
 		return badConfig("-margin %v: want at least %v", cfg.margin, throttle.MinMargin)

@@ -102,6 +102,9 @@ func TestRunErrors(t *testing.T) {
 	empty := filepath.Join(dir, "empty.csv")
 	require.NoError(t, os.WriteFile(empty, nil, 0o600))
 
+	link := filepath.Join(dir, "link.csv")
+	require.NoError(t, os.Symlink(good, link))
+
 	ok := config{in: good, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}
 	tests := []struct {
 		name   string
@@ -119,6 +122,9 @@ func TestRunErrors(t *testing.T) {
 		{"no code column", func(c *config) { c.in = noCode }, `no "country_code" column`},
 		{"bad API URL", func(c *config) { c.api = "ftp://example.com" }, `-api "ftp://example.com": want an http:// or https:// URL`},
 		{"rejects on stdout", func(c *config) { c.rejects = "-" }, "-rejects -: want a file"},
+		{"output over the input", func(c *config) { c.out = good }, "-out is the -in file"},
+		{"rejects over the input, by a link", func(c *config) { c.rejects = link }, "-rejects is the -in file"},
+		{"rejects over the output", func(c *config) { c.out, c.rejects = filepath.Join(dir, "o.csv"), filepath.Join(dir, "o.csv") }, "-rejects is the -out file"},
 		{"bad REDIS_URL", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:x/0" }, `REDIS_URL: invalid port ":x" after host`},
 	}
 	for _, tc := range tests {

@@ -144,3 +144,51 @@ func Example_retryablehttp() {
 	// Output:
 	// 200 after 2 requests: hello
 }
+
+// Each attempt bounded by its own timeout, which the wait on the quota does
+// not count: the target hangs on the first request, whose attempt is cut
+// after 100 ms and retried; the retry waits on the quota until 300 ms after
+// the first (one request per 300 ms) and is answered. An
+// http.Client.Timeout of 200 ms would have failed the request instead.
+func ExampleWithAttemptTimeout() {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			<-r.Context().Done() // hangs until the client gives up
+			return
+		}
+		fmt.Fprintln(w, "hello")
+	}))
+	defer srv.Close()
+
+	rules, err := throttle.ParseRules("*=1/300ms")
+	if err != nil {
+		panic(err)
+	}
+	t, err := throttle.New(rules, throttle.WithMargin(0))
+	if err != nil {
+		panic(err)
+	}
+	defer t.Close()
+
+	client := &http.Client{Transport: transport.New(nil, t,
+		transport.WithAttemptTimeout(100*time.Millisecond),
+		transport.WithBackoff(&backoff.Exponential{Base: time.Millisecond, Max: time.Millisecond}),
+		transport.OnAttempt(func(a transport.AttemptInfo) {
+			fmt.Println("attempt", a.Attempt, "status", a.Status, "error", a.Err != nil)
+		}),
+	)}
+	defer client.CloseIdleConnections()
+
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d: %s", resp.StatusCode, body)
+	// Output:
+	// attempt 1 status 0 error true
+	// attempt 2 status 200 error false
+	// 200: hello
+}

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fleetgate/fleetgate/internal/secret"
 	"github.com/fleetgate/fleetgate/throttle"
 	"github.com/fleetgate/fleetgate/transport"
 )
@@ -154,7 +155,7 @@ func checkURL(s string) (host string, err error) {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("not a URL: %s", whyNotAURL(err))
+		return "", fmt.Errorf("not a URL: %s", secret.URLError(err))
 	case u.Scheme != "http" && u.Scheme != "https":
 		if u.Scheme == "" {
 			return "", errors.New("not an absolute URL: want http:// or https://")
@@ -166,28 +167,3 @@ func checkURL(s string) (host string, err error) {
 	return strings.ToLower(u.Hostname()), nil
 }
 
-// whyNotAURL says what made url.Parse fail, in words that quote nothing of
-// the line: the part that failed may be a password that did not parse
-// ("http://user:pass/word@host" fails on the port "pass").
-func whyNotAURL(err error) string {
-	var esc url.EscapeError
-	var host url.InvalidHostError
-	msg := err.Error()
-	switch {
-	case errors.As(err, &esc):
-		return "a '%' not followed by two hexadecimal digits"
-	case errors.As(err, &host):
-		return "a character a host name cannot hold"
-	case strings.Contains(msg, "invalid control character"):
-		return "a control character"
-	case strings.Contains(msg, "invalid port"):
-		return "a port that is not a number"
-	case strings.Contains(msg, "invalid userinfo"):
-		return "a character a user or password cannot hold before the '@'"
-	case strings.Contains(msg, "missing ']'") || strings.Contains(msg, "unexpected '['"):
-		return "unbalanced brackets in the host"
-	case strings.Contains(msg, "missing protocol scheme"), strings.Contains(msg, "first path segment"):
-		return "no scheme: want http:// or https://"
-	}
-	return "it does not parse"
-}

@@ -125,7 +125,8 @@ func TestRunErrors(t *testing.T) {
 		{"output over the input", func(c *config) { c.out = good }, "-out is the -in file"},
 		{"rejects over the input, by a link", func(c *config) { c.rejects = link }, "-rejects is the -in file"},
 		{"rejects over the output", func(c *config) { c.out, c.rejects = filepath.Join(dir, "o.csv"), filepath.Join(dir, "o.csv") }, "-rejects is the -out file"},
-		{"bad REDIS_URL", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:x/0" }, `REDIS_URL: invalid port ":x" after host`},
+		{"bad REDIS_URL", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:x/0" }, `REDIS_URL: not a URL: a port that is not a number`},
+		{"a bad escape in REDIS_URL's password", func(c *config) { c.redisURL = "redis://:hun%zzter2@127.0.0.1/0" }, `REDIS_URL: not a URL: a '%' not followed by two hexadecimal digits`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -138,6 +139,7 @@ func TestRunErrors(t *testing.T) {
 			var ce *configError
 			require.ErrorAs(t, err, &ce, "a configuration error: exit status 2")
 			require.NotContains(t, err.Error(), "hunter2", "the Redis password")
+			require.NotContains(t, err.Error(), "%zz", "a part of the Redis password")
 			require.Empty(t, stdout.String(), "output of a failed run")
 		})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fleetgate/fleetgate/internal/secret"
 	"github.com/fleetgate/fleetgate/throttle"
 )
 
@@ -55,8 +56,8 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin 
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		var ue *url.Error
-		if errors.As(err, &ue) { // it quotes the URL, password and all
-			err = ue.Err
+		if errors.As(err, &ue) { // it quotes the URL, or a part of it that may be the password
+			err = errors.New("not a URL: " + secret.URLError(ue))
 		}
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}

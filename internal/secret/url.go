@@ -1,0 +1,34 @@
+package secret
+
+import (
+	"errors"
+	"net/url"
+	"strings"
+)
+
+// URLError says what made url.Parse fail, in words that quote nothing of
+// the URL: the part that failed may be a password that did not parse
+// ("http://user:pass/word@host" fails on the port "pass", and a bad escape
+// in a password is quoted by url.Parse).
+func URLError(err error) string {
+	var esc url.EscapeError
+	var host url.InvalidHostError
+	msg := err.Error()
+	switch {
+	case errors.As(err, &esc):
+		return "a '%' not followed by two hexadecimal digits"
+	case errors.As(err, &host):
+		return "a character a host name cannot hold"
+	case strings.Contains(msg, "invalid control character"):
+		return "a control character"
+	case strings.Contains(msg, "invalid port"):
+		return "a port that is not a number"
+	case strings.Contains(msg, "invalid userinfo"):
+		return "a character a user or password cannot hold before the '@'"
+	case strings.Contains(msg, "missing ']'") || strings.Contains(msg, "unexpected '['"):
+		return "unbalanced brackets in the host"
+	case strings.Contains(msg, "missing protocol scheme"), strings.Contains(msg, "first path segment"):
+		return "no scheme: want http:// or https://"
+	}
+	return "it does not parse"
+}

@@ -1,0 +1,26 @@
+package secret
+
+import (
+	"net/url"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestURLError(t *testing.T) {
+	for raw, want := range map[string]string{
+		"redis://:s3cr%zz3t@host/0": "a '%' not followed by two hexadecimal digits",
+		"redis://u:s3cr/3t@host/0":  "a port that is not a number",
+		"http://a b.com/":           "a character a host name cannot hold",
+		"http://a.com/\x01":         "a control character",
+		"http://[::1/":              "unbalanced brackets in the host",
+		"http://us er:pw@h/":        "a character a user or password cannot hold before the '@'",
+		":foo":                      "no scheme: want http:// or https://",
+	} {
+		_, err := url.Parse(raw)
+		require.Error(t, err, raw)
+		got := URLError(err)
+		require.Equal(t, want, got, raw)
+		require.NotContains(t, got, "s3cr", raw)
+	}
+}

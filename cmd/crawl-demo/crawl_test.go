@@ -180,7 +180,25 @@ func TestCrawlFailuresWithoutResponse(t *testing.T) {
 		require.Equal(t, 1, r.Attempts, r.URL)
 		require.NotEmpty(t, r.Error, r.URL)
 		require.NotContains(t, r.Error, "Get ", "the URL is not repeated in the error")
+		if r.URL == slow.URL+"/slow" {
+			require.True(t, strings.HasSuffix(r.Error, "context deadline exceeded (no answer within -timeout 200ms)"), r.Error)
+		}
 	}
+}
+
+// TestCrawlReportsABodyThatStalls: -timeout bounds the body too; the line
+// keeps the status and names the flag.
+func TestCrawlReportsABodyThatStalls(t *testing.T) {
+	stall := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "partial")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	defer stall.Close()
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, stall.URL+"/stall"), "-default", "100/1s", "-retries", "0", "-timeout", "200ms")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	require.Equal(t, []result{{URL: stall.URL + "/stall", Status: 200, Attempts: 1,
+		Error: "read body: the answer did not end within -timeout 200ms"}}, decodeLines(t, got.stdout))
 }
 
 func TestCrawlInterrupted(t *testing.T) {

@@ -70,7 +70,8 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 // attempt, and the connection pool under it.
 type fleetClient struct {
 	*http.Client
-	base *http.Transport
+	base    *http.Transport
+	timeout time.Duration // -timeout, each attempt's bound
 }
 
 // newFleetClient returns a client whose requests go through the throttled
@@ -93,10 +94,14 @@ func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obse
 			if a.Pause > 0 {
 				level, msg = slog.LevelInfo, "the target pauses the fleet"
 			}
-			log.Log(a.Request.Context(), level, msg, "url", a.Request.URL.Redacted(), "attempt", a.Attempt, "status", a.Status,
-				"waited", a.Waited.Round(time.Millisecond), "pause", a.Pause, "error", a.Err)
+			attrs := []any{"url", a.Request.URL.Redacted(), "attempt", a.Attempt, "status", a.Status,
+				"waited", a.Waited.Round(time.Millisecond), "pause", a.Pause}
+			if a.Err != nil {
+				attrs = append(attrs, "error", a.Err)
+			}
+			log.Log(a.Request.Context(), level, msg, attrs...)
 		}))
-	return &fleetClient{Client: &http.Client{Transport: rt}, base: base}
+	return &fleetClient{Client: &http.Client{Transport: rt}, base: base, timeout: cfg.timeout}
 }
 
 // close drops the client's idle connections.
@@ -118,6 +123,9 @@ func fetch(ctx context.Context, c *fleetClient, rawURL string) result {
 	res.Attempts = int(sends.Load())
 	if err != nil {
 		res.Error = describe(ctx, err)
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			res.Error += fmt.Sprintf(" (no answer within -timeout %v)", c.timeout)
+		}
 		return res
 	}
 	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody+1))
@@ -126,6 +134,8 @@ func fetch(ctx context.Context, c *fleetClient, rawURL string) result {
 	switch {
 	case err != nil && ctx.Err() != nil:
 		res.Status, res.Error = 0, interrupted
+	case errors.Is(err, context.DeadlineExceeded):
+		res.Error = fmt.Sprintf("read body: the answer did not end within -timeout %v", c.timeout)
 	case err != nil:
 		res.Error = "read body: " + err.Error()
 	case n > maxBody:
@@ -166,4 +176,3 @@ func checkURL(s string) (host string, err error) {
 	}
 	return strings.ToLower(u.Hostname()), nil
 }
-

@@ -461,12 +461,17 @@ func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
 		}))
 		return int(n.Load())
 	}
-	require.Eventually(t, func() bool { return count() == slots }, 10*time.Second, 50*time.Millisecond, "every slot's epoch")
+	require.Eventually(t, func() bool { return count() == slots }, 20*time.Second, 50*time.Millisecond, "every slot's epoch")
 	// The pass went in paced chunks, not in one pipeline that would hold
 	// every node while the first decisions wait behind it.
 	n, largest := pipes.get()
 	require.GreaterOrEqual(t, n, slots/epochChunk, "pipelines of the pass")
 	require.LessOrEqual(t, largest, epochChunk, "commands in a pipeline of the pass")
+	// A second pass, over keys that are fresh (as another process's pass
+	// leaves them), asks their TTLs and runs no script.
+	before := pipes.scriptRuns()
+	require.Empty(t, s.renewEpochsPaced(ctx, s.slotEpochKeys()), "keys the pass failed on")
+	require.Equal(t, before, pipes.scriptRuns(), "script runs of a pass over fresh keys")
 	for _, target := range []string{"b.example", "c.example", "10.0.0.1"} {
 		ttl, err := client.PTTL(ctx, s.epochKey(target)).Result()
 		require.NoError(t, err)
@@ -499,19 +504,15 @@ func TestAClusterStoreKeepsEverySlotsEpoch(t *testing.T) {
 		return nil
 	}))
 	require.Zero(t, count())
-	all := make([]string, slots)
-	for sl := range all {
-		all[sl] = s.slotEpochKey(sl)
-	}
-	require.Empty(t, s.renewEpochs(ctx, all), "keys the pass failed on")
+	require.Empty(t, s.renewEpochs(ctx, s.slotEpochKeys()), "keys the pass failed on")
 	require.Equal(t, slots, count())
 }
 
-// pipelineSizes is a go-redis hook that counts pipelines and keeps the
-// largest one's length.
+// pipelineSizes is a go-redis hook that counts pipelines and the script
+// runs in them, and keeps the largest one's length.
 type pipelineSizes struct {
-	mu         sync.Mutex
-	n, largest int
+	mu                  sync.Mutex
+	n, largest, scripts int
 }
 
 func (p *pipelineSizes) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -520,6 +521,11 @@ func (p *pipelineSizes) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		p.mu.Lock()
 		p.n, p.largest = p.n+1, max(p.largest, len(cmds))
+		for _, c := range cmds {
+			if name := strings.ToLower(c.Name()); name == "evalsha" || name == "eval" {
+				p.scripts++
+			}
+		}
 		p.mu.Unlock()
 		return next(ctx, cmds)
 	}
@@ -529,6 +535,12 @@ func (p *pipelineSizes) get() (n, largest int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.n, p.largest
+}
+
+func (p *pipelineSizes) scriptRuns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.scripts
 }
 
 // TestCloseDoesNotWaitOnAHungNode: a node that takes the connection and

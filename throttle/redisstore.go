@@ -273,6 +273,15 @@ const (
 	epochPause = 5 * time.Millisecond
 )
 
+// epochFirst is how long a store on a Cluster waits, at least (and at most
+// twice that), before its first pass over the epoch keys; epochTTL is the
+// keys' TTL, the script's EPOCH_TTL: a key with more than half of it left
+// needs no pass.
+const (
+	epochFirst = 500 * time.Millisecond
+	epochTTL   = 24 * time.Hour
+)
+
 // keepsEpochs reports whether the store should keep every slot's epoch key:
 // on a Cluster, or through a plain client on a node in cluster mode (it no
 // longer batches). A Ring routes a slot's key to another shard than the
@@ -302,9 +311,14 @@ func (s *RedisStore) keepEpochs() {
 		case <-ctx.Done():
 		}
 	}()
-	all := make([]string, slots)
-	for sl := range all {
-		all[sl] = s.slotEpochKey(sl)
+	all := s.slotEpochKeys()
+	// The first pass waits a moment, at random: processes started together
+	// would otherwise all run it while their first decisions queue behind
+	// it on the nodes.
+	select {
+	case <-s.stop:
+		return
+	case <-time.After(epochFirst + time.Duration(mrand.Int64N(int64(epochFirst)))):
 	}
 	keys := all
 	for {
@@ -323,6 +337,15 @@ func (s *RedisStore) keepEpochs() {
 		case <-time.After(wait):
 		}
 	}
+}
+
+// slotEpochKeys returns the epoch key of every Cluster slot, by slot.
+func (s *RedisStore) slotEpochKeys() []string {
+	all := make([]string, slots)
+	for sl := range all {
+		all[sl] = s.slotEpochKey(sl)
+	}
+	return all
 }
 
 // renewEpochsPaced renews keys epochChunk at a time, epochPause apart (see
@@ -345,10 +368,42 @@ func (s *RedisStore) renewEpochsPaced(ctx context.Context, keys []string) []stri
 	return failed
 }
 
-// renewEpochs runs the script's epoch op on keys, one call each, in a
-// pipeline (split by node on a Cluster), with EVAL for those whose node
-// lacks the script, and returns the keys it failed on.
+// epochsDue returns those of keys a pass must run the script's epoch op
+// on: missing, without a TTL, or with less than half of epochTTL left; and
+// those it could not tell. It asks PTTL of each, in a pipeline (split by
+// node on a Cluster): a fraction of a script run's cost, so that the passes
+// of many processes over keys that one of them renewed cost little.
+func (s *RedisStore) epochsDue(ctx context.Context, keys []string) (due, unknown []string) {
+	cmds, _ := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.PTTL(ctx, k)
+		}
+		return nil
+	})
+	for i, c := range cmds {
+		ttl, err := c.(*redis.DurationCmd).Result()
+		switch {
+		case err != nil:
+			unknown = append(unknown, keys[i])
+		case ttl < epochTTL/2: // -1 (no TTL) and -2 (missing) too
+			due = append(due, keys[i])
+		}
+	}
+	if len(cmds) < len(keys) { // the pipeline failed as a whole
+		unknown = append(unknown, keys[len(cmds):]...)
+	}
+	return due, unknown
+}
+
+// renewEpochs runs the script's epoch op on those of keys that are due
+// (epochsDue), one call each, in a pipeline (split by node on a Cluster),
+// with EVAL for those whose node lacks the script, and returns the keys it
+// failed on.
 func (s *RedisStore) renewEpochs(ctx context.Context, keys []string) []string {
+	keys, unknown := s.epochsDue(ctx, keys)
+	if len(keys) == 0 {
+		return unknown
+	}
 	run := func(keys []string, eval bool) (failed, noScript []string) {
 		cmds, _ := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, k := range keys {
@@ -375,6 +430,7 @@ func (s *RedisStore) renewEpochs(ctx context.Context, keys []string) []string {
 		return failed, noScript
 	}
 	failed, noScript := run(keys, false)
+	failed = append(failed, unknown...)
 	// EVAL of one key loads the script on its node (sending the script's
 	// text with every key would send megabytes); then EVALSHA again. Each
 	// round loads it on one more node.

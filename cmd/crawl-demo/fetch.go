@@ -34,8 +34,9 @@ type sendsKey struct{}
 
 // attemptTransport is the base RoundTripper under the throttled transport,
 // so it sees each attempt once it is allowed to go (and bounded by
-// -timeout, transport.WithAttemptTimeout). It counts the attempt in the
-// request's send counter, if any, and reports it to observe, if set.
+// -timeout, transport.WithAttemptTimeout). It counts each time the request
+// is written to a connection in the request's send counter, if any (a dial
+// that fails sends nothing), and reports the attempt to observe, if set.
 type attemptTransport struct {
 	base    http.RoundTripper
 	observe func(sent time.Time, status int) // status 0: no response
@@ -44,12 +45,10 @@ type attemptTransport struct {
 // RoundTrip sends one attempt.
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if n, _ := req.Context().Value(sendsKey{}).(*atomic.Int32); n != nil {
-		n.Add(1)
 		// net/http sends a request again, on another connection, when a
 		// reused one fails before the response: each write is a send.
-		var writes atomic.Int32
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
-			if w.Err == nil && writes.Add(1) > 1 {
+			if w.Err == nil {
 				n.Add(1)
 			}
 		}}))

@@ -16,7 +16,7 @@ import (
 type result struct {
 	URL      string `json:"url"`
 	Status   int    `json:"status"`   // 0 when no response came
-	Attempts int    `json:"attempts"` // requests sent: retries, redirects and net/http's own resends included
+	Attempts int    `json:"attempts"` // requests written to the target: retries, redirects and net/http's own resends included; a dial that failed is none
 	Error    string `json:"error"`    // "" on success
 }
 

@@ -286,22 +286,15 @@ func TestReadLines(t *testing.T) {
 }
 
 // TestCheckURLSaysWhy: a line that is not a URL is told why, in words that
-// quote nothing of it (the part that failed may be a password).
+// quote nothing of it (the part that failed may be a password; each
+// reason secret.URLError gives is tested there).
 func TestCheckURLSaysWhy(t *testing.T) {
 	for line, want := range map[string]string{
-		"http://a.com:abc/":      "a port that is not a number",
-		"http://u:s3cr/3t@host/": "a port that is not a number",
-		"http://a.com/\x01":      "a control character",
-		"http://[::1/":           "unbalanced brackets in the host",
-		"http://a.com/%zz":       "a '%' not followed by two hexadecimal digits",
-		"http://us er:pw@h/":     "a character a user or password cannot hold before the '@'",
-		":foo":                   "no scheme: want http:// or https://",
+		"http://u:s3cr/3t@host/": "not a URL: a port that is not a number",
 		"a:b/c":                  "scheme \"a\": want http or https",
 	} {
 		_, err := checkURL(line)
-		require.Error(t, err, line)
-		require.Contains(t, err.Error(), want, line)
-		require.NotContains(t, err.Error(), "s3cr", line)
+		require.EqualError(t, err, want, line)
 	}
 }
 

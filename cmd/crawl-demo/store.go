@@ -212,8 +212,9 @@ func (rc *redisConfig) hideInLogs() func([]string, slog.Attr) slog.Attr {
 	return func(_ []string, a slog.Attr) slog.Attr {
 		switch a.Value.Kind() {
 		case slog.KindString, slog.KindAny:
-			if v := a.Value.String(); rc.hide(v) != v {
-				return slog.String(a.Key, rc.hide(v))
+			v := a.Value.String()
+			if h := rc.hide(v); h != v {
+				return slog.String(a.Key, h)
 			}
 		}
 		return a

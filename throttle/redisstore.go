@@ -266,8 +266,9 @@ const (
 // each, split by node), epochPause apart. All 16,384 in one go, at a
 // store's first decision, held the nodes so long that the first decisions
 // queued behind them missed the store timeout: four crawlers starting
-// together on a three-node Cluster fell back at once in every run, and in
-// none with the pass paced.
+// together on a three-node Cluster fell back at once in every run on an
+// idle machine, and in none of nine with the pass paced (see also
+// epochFirst).
 const (
 	epochChunk = 256
 	epochPause = 5 * time.Millisecond

@@ -48,6 +48,7 @@ type connGuard struct {
 	trace  httptrace.ClientTrace
 	body   attemptBody
 	res    *throttle.Reservation // the attempt's slot, set before the base runs
+	stop   context.CancelFunc    // releases WithAttemptTimeout's deadline, if the attempt has one
 
 	mu     sync.Mutex    // a base may trace from another goroutine
 	conns  int           // connections the base got for the attempt
@@ -141,10 +142,13 @@ func (g *connGuard) stopped() (time.Duration, error) {
 func (g *connGuard) done(resp *http.Response) *http.Response {
 	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
 		g.cancel(nil)
+		if g.stop != nil {
+			g.stop()
+		}
 		return resp
 	}
 	b := &g.body
-	b.ReadCloser, b.cancel = resp.Body, g.cancel
+	b.ReadCloser, b.cancel, b.stop = resp.Body, g.cancel, g.stop
 	if w, ok := resp.Body.(io.Writer); ok { // a 101 Switching Protocols body
 		resp.Body = &attemptRWBody{attemptBody: b, Writer: w}
 	} else {
@@ -153,16 +157,20 @@ func (g *connGuard) done(resp *http.Response) *http.Response {
 	return resp
 }
 
-// attemptBody is a response body that ends its attempt's context when it
-// is closed.
+// attemptBody is a response body that ends its attempt's context, and
+// its deadline if it has one, when it is closed.
 type attemptBody struct {
 	io.ReadCloser
 	cancel context.CancelCauseFunc
+	stop   context.CancelFunc // nil: no deadline
 }
 
 func (b *attemptBody) Close() error {
 	err := b.ReadCloser.Close()
 	b.cancel(nil)
+	if b.stop != nil {
+		b.stop()
+	}
 	return err
 }
 

@@ -172,7 +172,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 		guard.res = res
 		sent := tr.cfg.now()
-		resp, err = tr.send(out)
+		resp, err = tr.send(guard, out)
 		switch {
 		case err != nil && resp != nil: // a base that breaks the contract
 			discard(resp)
@@ -226,44 +226,16 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // send hands one attempt to the base, bounded by WithAttemptTimeout when
-// it is set: the attempt's deadline ends with its response's body.
-func (tr *Transport) send(req *http.Request) (*http.Response, error) {
+// it is set: g.done releases the deadline with the attempt, when the
+// response's body is closed or at once without one.
+func (tr *Transport) send(g *connGuard, req *http.Request) (*http.Response, error) {
 	d := tr.cfg.attemptTimeout
 	if d <= 0 {
 		return tr.base.RoundTrip(req)
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), d)
-	resp, err := tr.base.RoundTrip(req.WithContext(ctx))
-	if resp == nil || resp.Body == nil || resp.Body == http.NoBody {
-		cancel()
-		return resp, err
-	}
-	b := &timedBody{ReadCloser: resp.Body, cancel: cancel}
-	if w, ok := resp.Body.(io.Writer); ok { // a 101 Switching Protocols body
-		resp.Body = &timedRWBody{timedBody: b, Writer: w}
-	} else {
-		resp.Body = b
-	}
-	return resp, err
-}
-
-// timedBody is the body of an attempt with a deadline, which Close
-// releases.
-type timedBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b *timedBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.cancel()
-	return err
-}
-
-// timedRWBody is a timedBody that keeps its body's Write.
-type timedRWBody struct {
-	*timedBody
-	io.Writer
+	ctx, stop := context.WithTimeout(req.Context(), d)
+	g.stop = stop
+	return tr.base.RoundTrip(req.WithContext(ctx))
 }
 
 // prepare waits delay, then on the quota, and returns the request to send

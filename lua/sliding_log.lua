@@ -38,8 +38,9 @@
 --          "<pause>[:<live>[:<cancelled>]]", which is still read (as a log
 --          in the list).
 --   procs  sorted set: member = process id, score = last seen (us)
--- cancel and pause take one target (KEYS[1..3]); restore one target and
--- the epoch key (KEYS[4]); reserve one or more targets (on a single node,
+-- cancel and pause take one target (KEYS[1..3]); restore, and a read of
+-- the pause that asks for the young store's hold, one target and the
+-- epoch key (KEYS[4]); reserve one or more targets (on a single node,
 -- where keys of many slots may meet), then the epoch key:
 --   epoch  when the store's data began, as far as this script knows (us),
 --          and when the key expires (us), 16 bytes: set when a reserve or
@@ -118,7 +119,12 @@
 --          Reply: {now, removed, the last entry's slot (perhaps one that no
 --          longer counts) or 0 when the log is now empty}.
 -- pause:   ARGV[2] duration us (0 reads the pause), ARGV[3] liveness us
---          (how long meta keeps the count). The pause only grows.
+--          (how long meta keeps the count). The pause only grows. A read
+--          may add ARGV[4] window us and ARGV[5] ahead us (as reserve's),
+--          and the epoch key as KEYS[4]: a target with no log while the
+--          store's data is young then reads as held until reserve's hold
+--          ends (a process asks before it sends on a slot it booked, which
+--          Redis may have lost since with every pause the fleet heard of).
 --          Reply: {now, pause us remaining}.
 -- epoch:   KEYS: epoch keys. Makes each missing one, renews each with less
 --          than half its TTL left. A store on a Cluster runs it for every
@@ -957,6 +963,13 @@ elseif op == 'pause' then
   local d = tonumber(ARGV[2])
   local keep = tonumber(ARGV[3])
   if not d or d < 0 or not keep or keep < 0 then return redis.error_reply('fleetgate: bad pause arguments') end
+  local window, ahead = ARGV[4], ARGV[5]
+  if window then
+    window, ahead = tonumber(window), tonumber(ahead)
+    if d ~= 0 or not window or window < 1 or not ahead or ahead < 0 or #KEYS ~= 4 then
+      return redis.error_reply('fleetgate: bad pause arguments')
+    end
+  end
   local cur, live, cancelled, expires, mexp, n, inline = H.parse_meta(call('GET', metakey))
   if d > 0 and now + d > cur then
     cur = now + d
@@ -964,6 +977,13 @@ elseif op == 'pause' then
   end
   local left = 0
   if cur > now then left = cur - now end
+  if window and n <= 0 and call('EXISTS', log) == 0 then
+    -- No log (none inline, no list): held as reserve would hold it.
+    local epoch = H.epoch(KEYS[4], now, EPOCH)
+    if ahead == 0 then ahead = window end
+    local hold = epoch + ahead + window - now
+    if hold > left then left = hold end
+  end
   return {now, left}
 
 elseif op == 'restore' then

@@ -53,6 +53,11 @@ func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
 		keys = keys[:3]
 		_, err = s.Pause(ctx, target, 500*time.Millisecond)
 		require.NoError(t, err)
+		// A read carries the epoch key of the target's slot, which must
+		// share the slot with the target's keys.
+		left, err := s.Pause(ctx, target, 0)
+		require.NoError(t, err)
+		require.InDelta(t, 2*time.Second, left, float64(300*time.Millisecond), "%q: the young slot's hold, longer than the pause", target)
 		for _, k := range keys {
 			ttl, err := client.PTTL(ctx, k).Result()
 			require.NoError(t, err)
@@ -1434,6 +1439,42 @@ func TestASleepingWaiterWritesALostPauseBack(t *testing.T) {
 	require.False(t, d.Allowed, "the sleeping waiter's process wrote the pause back")
 	require.InDelta(t, 2400*time.Millisecond, d.RetryAfter, float64(400*time.Millisecond))
 	require.NoError(t, <-waited)
+}
+
+// TestAPauseReadHoldsASlotTheStoreLost: a process asks for the target's
+// pause before it sends on a slot it booked earlier (the transport does).
+// When Redis has lost its data meanwhile (restarted empty, and with it any
+// pause the fleet heard of), the read reports the hold a reserve would put
+// on the target, not "no pause", so that the slot is not sent inside a
+// pause the store forgot. A target whose keys merely expired, the data
+// being old, reads as not paused.
+func TestAPauseReadHoldsASlotTheStoreLost(t *testing.T) {
+	s, client := startStore(t)
+	ctx := context.Background()
+	lim := Limit{Limit: 5, Window: time.Second}
+	g := make([]Grant, 1)
+	_, err := s.Reserve(ctx, "a.example", lim, []Request{{ID: nextID(), N: 1, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.True(t, g[0].OK)
+	require.Less(t, g[0].Delay, 100*time.Millisecond, "the data is old: no hold")
+	read := func(target string) time.Duration {
+		t.Helper()
+		left, err := s.Pause(ctx, target, 0)
+		require.NoError(t, err)
+		return left
+	}
+	require.Zero(t, read("a.example"))
+
+	require.NoError(t, client.Del(ctx, s.keys("a.example")...).Err())
+	require.Zero(t, read("a.example"), "the target's keys expired; the data is old")
+
+	require.NoError(t, client.FlushAll(ctx).Err()) // Redis restarted empty
+	require.Equal(t, 2*time.Second, read("a.example"), "held for a horizon (a window by default) and a window from now, when the data began")
+	require.Zero(t, read("b.example"), "no booking of this process on it: read as before")
+	_, err = s.Reserve(ctx, "a.example", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, g)
+	require.NoError(t, err)
+	require.False(t, g[0].OK, "a reserve holds the target as the read said")
+	require.InDelta(t, 2*time.Second, g[0].Delay, float64(200*time.Millisecond))
 }
 
 // processesOnOneRedis starts a Redis and returns its client and a function

@@ -933,9 +933,25 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 	return err
 }
 
-// Pause implements Store.
+// Pause implements Store. A read (d 0) of a target this process has
+// booked on also reports the hold Reserve would put on it: when the target
+// has no log while the store's data is young (Redis lost its data since),
+// what is left of the hold, with the window and horizon of this process's
+// latest Reserve there. A process that asks before it sends on a slot it
+// booked earlier then does not send on a slot Redis forgot, inside a pause
+// the fleet heard of and Redis forgot with it.
 func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
-	vals, err := s.run(ctx, target, 2, []any{s.op("pause"), us(max(d, 0)), us(s.liveness)})
+	args := []any{s.op("pause"), us(max(d, 0)), us(s.liveness)}
+	rt := s.target(target)
+	a := rt.args.Load()
+	if d > 0 || a == nil || s.script != nil { // a write, no booking here, or another release's script
+		vals, err := s.runKeys(ctx, target, rt.keyArgs, 2, args)
+		if err != nil {
+			return 0, err
+		}
+		return fromUS(vals[1]), nil
+	}
+	vals, err := s.runWithEpoch(ctx, target, rt, append(args, us(a.lim.Window), us(a.lim.Ahead)))
 	if err != nil {
 		return 0, err
 	}
@@ -969,16 +985,23 @@ func (s *RedisStore) Restore(ctx context.Context, target string, window time.Dur
 		_, err := s.run(ctx, target, 2, args)
 		return err
 	}
+	_, err := s.runWithEpoch(ctx, target, rt, args)
+	return err
+}
+
+// runWithEpoch runs a one-target op that reads the store's epoch: the
+// target's keys, then the epoch key.
+func (s *RedisStore) runWithEpoch(ctx context.Context, target string, rt *redisTarget, args []any) ([]int64, error) {
 	global := s.batch.Load()
 	keys := append(slices.Clip(rt.keyArgs), s.epochFor(rt, target, global))
-	_, err := s.runKeys(ctx, target, keys, 2, args)
+	vals, err := s.runKeys(ctx, target, keys, 2, args)
 	if err != nil && global && redis.HasErrorPrefix(err, "CROSSSLOT") {
 		// A plain client on a cluster-mode server, as in reserve.
 		s.batch.Store(false)
 		keys[3] = s.epochFor(rt, target, false)
-		_, err = s.runKeys(ctx, target, keys, 2, args)
+		vals, err = s.runKeys(ctx, target, keys, 2, args)
 	}
-	return err
+	return vals, err
 }
 
 // run executes a one-target op of the script and checks that the reply is

@@ -1441,6 +1441,42 @@ func TestASleepingWaiterWritesALostPauseBack(t *testing.T) {
 	require.NoError(t, <-waited)
 }
 
+// TestASlotBookedBeforeALossIsNotSentInsideAForgottenPause: a process
+// sleeps towards a slot it booked; another hears a 429 and pauses the
+// fleet; Redis restarts empty before anyone writes the pause back (the
+// process that heard it has no waiter sleeping through it). The sleeper's
+// check before sending must not read "no pause".
+func TestASlotBookedBeforeALossIsNotSentInsideAForgottenPause(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	rules, err := ParseRules("*=20/1s")
+	require.NoError(t, err)
+	process := func() *Throttler {
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+		require.NoError(t, err)
+		ageData(t, client, s)
+		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tr.Close() })
+		return tr
+	}
+	ctx := context.Background()
+	sleeper, heard := process(), process()
+	var r *Reservation
+	for range 21 { // the 21st slot is in the next window
+		r, err = sleeper.ReserveN(ctx, "example.com", 1)
+		require.NoError(t, err)
+	}
+	require.Greater(t, r.Delay(), 500*time.Millisecond)
+	_, err = heard.Pause(ctx, "example.com", 4*time.Second)
+	require.NoError(t, err)
+
+	require.NoError(t, client.FlushAll(ctx).Err()) // Redis restarted empty
+	left, err := sleeper.Paused(ctx, "example.com")
+	require.NoError(t, err)
+	require.Greater(t, left, r.Delay(), "the check before sending holds the slot back")
+}
+
 // TestAPauseReadHoldsASlotTheStoreLost: a process asks for the target's
 // pause before it sends on a slot it booked earlier (the transport does).
 // When Redis has lost its data meanwhile (restarted empty, and with it any

@@ -530,7 +530,12 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 // Paused returns what is left of host's fleet-wide pause, 0 when there is
 // none. When the store fails it answers from the local copy; when the
 // store has lost a pause this process knows of (Redis restarted empty), it
-// writes it back, for the processes that never heard of it.
+// writes it back, for the processes that never heard of it. On a
+// RedisStore that lost its data, a target this process has booked on
+// reads as paused until the hold a booking would get ends (README, "When
+// the store fails"): a slot booked before the loss may lie inside a pause
+// the store forgot, so a caller that checks Paused before sending on it
+// (the transport does) holds it back.
 func (t *Throttler) Paused(ctx context.Context, host string) (time.Duration, error) {
 	return t.Pause(ctx, host, 0)
 }

@@ -90,10 +90,12 @@
 --            then k pairs: units n, max wait us (-1: none);
 --          then the k requests' members.
 --   Entries at or before now - window no longer count (they are cut off
---   in batches). If no entry counts although that slot is still inside
---   the window and no cancel removed it, Redis has lost the log (a
---   restart, a failover): the target is paused until a window after that
---   slot, as if the lost log had been full.
+--   in batches). If that slot is still inside the window but no entry
+--   counts, or the log's last entry is earlier, and no cancel removed it,
+--   Redis has lost the log or its latest entries (a restart, a failover to
+--   a replica that lacked them): the target is paused until a window
+--   after ahead from now, as if the lost log had been full up to every
+--   slot any process could have booked before the loss.
 --   A process that saw no such slot (new, or idle for a window) cannot
 --   tell a lost log from an idle one; the epoch can. While the log is
 --   empty and the epoch is younger than ahead and a window, the target is
@@ -594,12 +596,19 @@ if op == 'reserve' then
     end
 
     local lost, young, held = false, false, false
+    -- The entry this process saw last is gone, and no cancel took it: Redis
+    -- lost the log, or its latest writes (a replica promoted before it had
+    -- them, a restart from a file that missed them). Every slot booked
+    -- before the loss lies at most ahead past it: the log counts as full
+    -- until a window after that, for the lost slots of every process. (Not
+    -- again once the pause covers the slot seen: refusals, which write
+    -- nothing, would push it on at every call.)
+    if seen > cutoff and seen > cancelled and (len == 0 or seen > last) and seen + window > pause then
+      if ahead == 0 then ahead = window end
+      lost = true
+      if now + ahead + window > pause then pause = now + ahead + window end
+    end
     if len == 0 then
-      -- The entry this process saw last is gone, and no cancel took it.
-      if seen > cutoff and seen > cancelled and seen + window > pause then
-        lost = true
-        pause = seen + window -- the log was lost: count it as full
-      end
       -- The store's data is young: it may have lost a log full up to
       -- ahead past the epoch, which this process never saw. (H.epoch in
       -- line: making the helpers cost an empty log's decision 12% more.)

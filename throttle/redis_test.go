@@ -611,10 +611,77 @@ func TestLostLogHoldsTheTarget(t *testing.T) {
 		return err == nil && tr.Mode() == ModeStore
 	}, 5*time.Second, 20*time.Millisecond)
 	require.False(t, d.Allowed, "a lost log counts as full")
-	require.InDelta(t, 10*time.Second, d.RetryAfter, float64(time.Second))
+	// Until a window after every slot the fleet may have booked before the
+	// loss: the horizon (a window and the margin) and a window.
+	require.InDelta(t, 20100*time.Millisecond, d.RetryAfter, float64(time.Second))
 	ttl, err := client.PTTL(ctx, s.keys("example.com")[2]).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0), "the heartbeat made anew after the restart has a TTL")
+}
+
+// TestLostLatestWritesHoldTheTarget: Redis that lost a log's latest
+// entries but not the log (a replica promoted before it had them) is
+// noticed by a process that saw one of them, whatever the entries left:
+// the target is held until a window after every slot booked before the
+// loss, as for a lost log. A cancel of the latest entries is not a loss.
+func TestLostLatestWritesHoldTheTarget(t *testing.T) {
+	for _, listLogs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("list logs %v", listLogs), func(t *testing.T) {
+			client := redistest.StartServer(t).Client(t)
+			opts := []RedisOption{WithKeyPrefix(redistest.KeyPrefix(t))}
+			if listLogs {
+				opts = append(opts, WithListLogs())
+			}
+			s, err := NewRedisStore(client, opts...)
+			require.NoError(t, err)
+			clock := newFakeClock()
+			s.now = clock.us.Load // and the data is old
+			ctx := context.Background()
+			lim := Limit{Limit: 10, Window: time.Second}
+			book := func(target string, id uint64, maxWait time.Duration) Grant {
+				t.Helper()
+				g := make([]Grant, 1)
+				_, err := s.Reserve(ctx, target, lim, []Request{{ID: id, N: 1, MaxWait: maxWait}}, g)
+				require.NoError(t, err)
+				return g[0]
+			}
+			keys := s.keys("a.example")
+			for i := range 3 {
+				require.True(t, book("a.example", uint64(i+1), -1).OK)
+			}
+			// What a replica had: the log with three entries.
+			snap := map[string]string{}
+			for _, k := range keys[:2] {
+				if v, err := client.Dump(ctx, k).Result(); err == nil {
+					snap[k] = v
+				}
+			}
+			require.NotEmpty(t, snap)
+			clock.Advance(100 * time.Millisecond)
+			require.True(t, book("a.example", 4, -1).OK) // written to the old master only
+			for _, k := range keys[:2] {
+				require.NoError(t, client.Del(ctx, k).Err())
+				if v, ok := snap[k]; ok {
+					require.NoError(t, client.Restore(ctx, k, 0, v).Err())
+				}
+			}
+			clock.Advance(100 * time.Millisecond)
+			g := book("a.example", 5, 0)
+			require.False(t, g.OK, "entries left, but the one this process saw last is gone")
+			require.Equal(t, 2*time.Second, g.Delay, "held for a horizon (a window by default) and a window")
+			clock.Advance(100 * time.Millisecond)
+			g = book("a.example", 6, 0)
+			require.Equal(t, 1900*time.Millisecond, g.Delay, "refusals do not push the hold on")
+
+			// A cancel of the latest entry, others left, is not a loss.
+			for i := range 3 {
+				require.True(t, book("b.example", uint64(10+i), -1).OK)
+			}
+			require.NoError(t, s.Cancel(ctx, "b.example", 12, 1))
+			g = book("b.example", 13, 0)
+			require.True(t, g.OK, "granted at once")
+		})
+	}
 }
 
 func TestSharedPlaceholdersCountOnce(t *testing.T) {

@@ -173,7 +173,8 @@ func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 // far ahead the fleet can have booked when the store fails, which is how
 // long FailLocal must stay silent before it admits locally, and, with a
 // window, how long a RedisStore whose data was lost holds a target found
-// empty; processes sharing a store should share it. The default, 0,
+// empty or missing its latest entries; processes sharing a store should
+// share it. The default, 0,
 // means one window (the rule's window plus the margin); more than
 // MaxWindow is an error.
 func WithMaxAhead(d time.Duration) Option { return func(c *config) { c.maxAhead = d } }

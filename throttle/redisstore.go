@@ -59,9 +59,12 @@ const DefaultKeyPrefix = "fleetgate:"
 // left than a window and a spare, so that writes seldom renew it.
 //
 // Redis that loses its data (an empty restart, a flush) loses the logs
-// with it. A process that saw a target's log notices (an empty log where
-// its latest slot should be) and holds the target until a window after
-// that slot. A process that did not cannot tell a lost log from an
+// with it, and a replica promoted before it had the latest writes lacks
+// them. A process that saw a target's log notices (an empty log, or one
+// that ends before the latest slot it saw, which no cancel took) and holds
+// the target until a window after the horizon (Limit.Ahead) from then:
+// past every slot any process could have booked before the loss. A process
+// that did not see the log cannot tell a lost log from an
 // unused one; so the store keeps one more key per node (per slot on a
 // Cluster) with the time its data began, set by the first decision that
 // finds it missing and kept a day, renewed while targets are in use (on a

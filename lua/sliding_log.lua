@@ -110,7 +110,8 @@
 --   (limit-n+1)-th most recent entry. A request whose slot is further away
 --   than its max wait is refused and writes nothing.
 --   Reply: {now, then per target: remaining (-1: none, for the young
---           store's hold), reset us (until the log is
+--           store's hold; -2: none, the log or its latest entries were
+--           lost, noticed by this call), reset us (until the log is
 --           empty), live processes (negative when this call's mark added
 --           the process to them: it joined, or came back after it dropped
 --           out), pause us, then per request: the delay us to its slot
@@ -861,6 +862,7 @@ if op == 'reserve' then
     local remaining = limit - len - nn
     if remaining < 0 or pause > 0 then remaining = 0 end
     if held then remaining = -1 end
+    if lost then remaining = -2 end
     local reset = 0
     if last then reset = last + window - now end
     local paused = 0

@@ -181,6 +181,9 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	if st.Young {
 		t.logYoung(tg, now, st.Paused)
 	}
+	if st.Lost {
+		t.logLost(tg, now, st.Paused)
+	}
 	liveness := t.liveness(tg)
 	tg.mu.Lock()
 	defer tg.mu.Unlock()
@@ -217,6 +220,19 @@ func (t *Throttler) logYoung(tg *target, now time.Time, d time.Duration) {
 	}
 	t.cfg.logger.Info("fleetgate: the store's data is new (Redis is new, restarted empty or was flushed) and logs may have been lost: "+
 		"targets found empty are held until a horizon and a window (two windows by default) after it began",
+		"target", tg.name, "held", d.Round(time.Millisecond))
+}
+
+// logLost logs, at most once every youngLogEvery, that the store holds tg
+// for d because Redis lost bookings this process had seen: a fault worth
+// an operator's eye, and the reason the fleet stops sending for a while.
+func (t *Throttler) logLost(tg *target, now time.Time, d time.Duration) {
+	last := t.lostLog.Load()
+	if now.UnixNano()-last < int64(youngLogEvery) || !t.lostLog.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	t.cfg.logger.Warn("fleetgate: Redis lost bookings this process had seen (a restart, or a failover to a replica that lacked them): "+
+		"the target is held until a horizon and a window (two windows by default) from now, past every slot booked before the loss",
 		"target", tg.name, "held", d.Round(time.Millisecond))
 }
 

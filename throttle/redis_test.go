@@ -593,7 +593,8 @@ func TestLostLogHoldsTheTarget(t *testing.T) {
 	ageData(t, client, s)
 	rules, err := ParseRules("*=5/10s")
 	require.NoError(t, err)
-	tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+	logs := &logRecorder{}
+	tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(slog.New(logs)))
 	require.NoError(t, err)
 	defer tr.Close()
 	ctx := context.Background()
@@ -614,6 +615,7 @@ func TestLostLogHoldsTheTarget(t *testing.T) {
 	// Until a window after every slot the fleet may have booked before the
 	// loss: the horizon (a window and the margin) and a window.
 	require.InDelta(t, 20100*time.Millisecond, d.RetryAfter, float64(time.Second))
+	require.Equal(t, 1, logs.count("Redis lost bookings this process had seen"), "the hold is logged once: %q", logs.msgs)
 	ttl, err := client.PTTL(ctx, s.keys("example.com")[2]).Result()
 	require.NoError(t, err)
 	require.Greater(t, ttl, time.Duration(0), "the heartbeat made anew after the restart has a TTL")
@@ -638,10 +640,11 @@ func TestLostLatestWritesHoldTheTarget(t *testing.T) {
 			s.now = clock.us.Load // and the data is old
 			ctx := context.Background()
 			lim := Limit{Limit: 10, Window: time.Second}
+			var st State
 			book := func(target string, id uint64, maxWait time.Duration) Grant {
 				t.Helper()
 				g := make([]Grant, 1)
-				_, err := s.Reserve(ctx, target, lim, []Request{{ID: id, N: 1, MaxWait: maxWait}}, g)
+				st, err = s.Reserve(ctx, target, lim, []Request{{ID: id, N: 1, MaxWait: maxWait}}, g)
 				require.NoError(t, err)
 				return g[0]
 			}
@@ -669,9 +672,12 @@ func TestLostLatestWritesHoldTheTarget(t *testing.T) {
 			g := book("a.example", 5, 0)
 			require.False(t, g.OK, "entries left, but the one this process saw last is gone")
 			require.Equal(t, 2*time.Second, g.Delay, "held for a horizon (a window by default) and a window")
+			require.True(t, st.Lost, "the call that noticed says so")
+			require.False(t, st.Young)
 			clock.Advance(100 * time.Millisecond)
 			g = book("a.example", 6, 0)
 			require.Equal(t, 1900*time.Millisecond, g.Delay, "refusals do not push the hold on")
+			require.False(t, st.Lost, "noticed once")
 
 			// A cancel of the latest entry, others left, is not a loss.
 			for i := range 3 {
@@ -680,6 +686,7 @@ func TestLostLatestWritesHoldTheTarget(t *testing.T) {
 			require.NoError(t, s.Cancel(ctx, "b.example", 12, 1))
 			g = book("b.example", 13, 0)
 			require.True(t, g.OK, "granted at once")
+			require.False(t, st.Lost)
 		})
 	}
 }

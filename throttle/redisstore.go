@@ -809,7 +809,8 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 	live := vals[2]
 	return State{
 		Remaining:  int(max(vals[0], 0)),
-		Young:      vals[0] < 0,
+		Young:      vals[0] == -1,
+		Lost:       vals[0] == -2,
 		ResetAfter: fromUS(reset),
 		Live:       int(max(live, -live)),
 		Joined:     live < 0,

@@ -81,6 +81,7 @@ type State struct {
 	Tail       time.Duration // until the latest entry's slot; 0 when none is in the future
 	Paused     time.Duration // what is left of the pause; 0 when there is none
 	Young      bool          // the pause is a RedisStore's hold on a target found empty while the store's data is young (see Limit.Ahead)
+	Lost       bool          // the pause is a RedisStore's hold on a target whose log, or its latest entries, Redis lost: this call noticed
 }
 
 // Entry is one log entry for Restore: request ID's N units at the store's

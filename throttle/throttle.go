@@ -35,6 +35,7 @@ type Throttler struct {
 	fellBack  atomic.Int64 // when degraded last rose from 0 (unix ns)
 	deadlines deadlines    // of store calls
 	youngLog  atomic.Int64 // when a young store's hold was last logged (unix ns)
+	lostLog   atomic.Int64 // when a lost log's hold was last logged (unix ns)
 
 	probeMu  sync.Mutex // guards the shared probe result
 	probeAt  time.Time

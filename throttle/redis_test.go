@@ -178,6 +178,55 @@ func TestProbeWantsAMaster(t *testing.T) {
 	}
 }
 
+// TestProbeReadiesTheStore: a Probe that finds the store up loads the
+// script on every master, so that the first decision is one EVALSHA, not
+// a NOSCRIPT answer and an EVAL of the whole script.
+func TestProbeReadiesTheStore(t *testing.T) {
+	ctx := context.Background()
+	cluster := redistest.StartCluster(t).Client(t)
+	for name, client := range map[string]redis.UniversalClient{
+		"single node": redistest.StartServer(t).Client(t),
+		"cluster":     cluster,
+	} {
+		t.Run(name, func(t *testing.T) {
+			var names []string
+			hook := &scriptHook{before: func(_ int64, args []any) { names = append(names, args[0].(string)) }}
+			client.AddHook(hook)
+			s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+			require.NoError(t, err)
+			masters := func() (loaded []bool) {
+				t.Helper()
+				var mu sync.Mutex // ForEachMaster calls check concurrently
+				check := func(ctx context.Context, m *redis.Client) error {
+					have, err := m.ScriptExists(ctx, slidingLog.sha).Result()
+					mu.Lock()
+					defer mu.Unlock()
+					loaded = append(loaded, err == nil && have[0])
+					return err
+				}
+				if c, ok := client.(*redis.ClusterClient); ok {
+					require.NoError(t, c.ForEachMaster(ctx, check))
+				} else {
+					require.NoError(t, check(ctx, client.(*redis.Client)))
+				}
+				return loaded
+			}
+			for _, loaded := range masters() {
+				require.False(t, loaded, "a fresh server has no script")
+			}
+			require.NoError(t, s.Probe(ctx))
+			for i, loaded := range masters() {
+				require.True(t, loaded, "master %d has the script after a probe", i)
+			}
+			g := make([]Grant, 1)
+			_, err = s.Reserve(ctx, "example.com", Limit{Limit: 10, Window: time.Second}, []Request{{ID: 1, N: 1, MaxWait: -1}}, g)
+			require.NoError(t, err)
+			require.Equal(t, []string{"evalsha"}, names, "the first decision is one script run")
+			require.True(t, s.warmed.Load(), "the client was readied")
+		})
+	}
+}
+
 // TestStoreErrorsNeverShowThePassword: a server that does not know AUTH
 // quotes the connection's AUTH, password and all, in the error of every
 // call (a long password cut at 128 bytes); the store's errors and the

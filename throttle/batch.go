@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,34 +207,32 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	return st, mid, nil
 }
 
-// youngLogEvery is how often at most a Throttler logs that a young
-// store holds its targets.
-const youngLogEvery = time.Minute
-
-// logYoung logs, at most once every youngLogEvery, that the store holds
-// tg for d because its data is young: otherwise a fleet started on a
-// fresh Redis, or after it restarted empty, seems stuck.
+// logYoung logs that the store holds tg for d because its data is young:
+// otherwise a fleet started on a fresh Redis, or after it restarted empty,
+// seems stuck.
 func (t *Throttler) logYoung(tg *target, now time.Time, d time.Duration) {
-	last := t.youngLog.Load()
-	if now.UnixNano()-last < int64(youngLogEvery) || !t.youngLog.CompareAndSwap(last, now.UnixNano()) {
-		return
-	}
-	t.cfg.logger.Info("fleetgate: the store's data is new (Redis is new, restarted empty or was flushed) and logs may have been lost: "+
-		"targets found empty are held until a horizon and a window (two windows by default) after it began",
-		"target", tg.name, "held", d.Round(time.Millisecond))
+	t.logHold(&t.youngLog, slog.LevelInfo, "fleetgate: the store's data is new (Redis is new, restarted empty or was flushed) and logs may have been lost: "+
+		"targets found empty are held until a horizon and a window (two windows by default) after it began", tg, now, d)
 }
 
-// logLost logs, at most once every youngLogEvery, that the store holds tg
-// for d because Redis lost bookings this process had seen: a fault worth
-// an operator's eye, and the reason the fleet stops sending for a while.
+// logLost logs that the store holds tg for d because Redis lost bookings
+// this process had seen: a fault worth an operator's eye, and the reason
+// the fleet stops sending for a while.
 func (t *Throttler) logLost(tg *target, now time.Time, d time.Duration) {
-	last := t.lostLog.Load()
-	if now.UnixNano()-last < int64(youngLogEvery) || !t.lostLog.CompareAndSwap(last, now.UnixNano()) {
+	t.logHold(&t.lostLog, slog.LevelWarn, "fleetgate: Redis lost bookings this process had seen (a restart, or a failover to a replica that lacked them): "+
+		"the target is held until a horizon and a window (two windows by default) from now, past every slot booked before the loss", tg, now, d)
+}
+
+// logHold logs msg for a hold of tg for d, once per hold: not while a hold
+// it logged before (*end, unix ns) lasts. Holds of the same cause on many
+// targets end together and are logged once; a later one (Redis restarted
+// again) is logged again.
+func (t *Throttler) logHold(end *atomic.Int64, level slog.Level, msg string, tg *target, now time.Time, d time.Duration) {
+	prev := end.Load()
+	if now.UnixNano() < prev || !end.CompareAndSwap(prev, now.Add(d).UnixNano()) {
 		return
 	}
-	t.cfg.logger.Warn("fleetgate: Redis lost bookings this process had seen (a restart, or a failover to a replica that lacked them): "+
-		"the target is held until a horizon and a window (two windows by default) from now, past every slot booked before the loss",
-		"target", tg.name, "held", d.Round(time.Millisecond))
+	t.cfg.logger.Log(context.Background(), level, msg, "target", tg.name, "held", d.Round(time.Millisecond))
 }
 
 // liveness is how long the store counts a process as live on tg after its

@@ -34,8 +34,8 @@ type Throttler struct {
 	degraded  atomic.Int64 // targets decided by the failure policy
 	fellBack  atomic.Int64 // when degraded last rose from 0 (unix ns)
 	deadlines deadlines    // of store calls
-	youngLog  atomic.Int64 // when a young store's hold was last logged (unix ns)
-	lostLog   atomic.Int64 // when a lost log's hold was last logged (unix ns)
+	youngLog  atomic.Int64 // when the young store's hold last logged ends (unix ns)
+	lostLog   atomic.Int64 // when the lost log's hold last logged ends (unix ns)
 
 	probeMu  sync.Mutex // guards the shared probe result
 	probeAt  time.Time

@@ -777,3 +777,24 @@ func TestAQuotasRuleDoesNotDependOnTheFirstHost(t *testing.T) {
 	require.NoError(t, err, "patterns that agree are fine")
 	require.NoError(t, tr.Close())
 }
+
+// TestAStoresHoldIsLoggedOncePerHold: a hold is logged once however many
+// decisions meet it, and a later hold (Redis restarted again) is logged
+// again, whatever the time between them.
+func TestAStoresHoldIsLoggedOncePerHold(t *testing.T) {
+	logs := &logRecorder{}
+	tr := newTestThrottler(t, WithLogger(slog.New(logs)))
+	tg, err := tr.target(context.Background(), "a.example")
+	require.NoError(t, err)
+	start := time.Unix(1_700_000_000, 0)
+	for _, at := range []time.Duration{0, 500 * time.Millisecond, 1900 * time.Millisecond} {
+		tr.logYoung(tg, start.Add(at), 2*time.Second-at)
+		tr.logLost(tg, start.Add(at), 2*time.Second-at)
+	}
+	require.Equal(t, 1, logs.count("the store's data is new"))
+	require.Equal(t, 1, logs.count("Redis lost bookings"))
+	tr.logYoung(tg, start.Add(5*time.Second), 2*time.Second)
+	tr.logLost(tg, start.Add(5*time.Second), 2*time.Second)
+	require.Equal(t, 2, logs.count("the store's data is new"), "the next hold")
+	require.Equal(t, 2, logs.count("Redis lost bookings"), "the next hold")
+}

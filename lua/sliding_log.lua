@@ -128,7 +128,8 @@
 --          store's data is young then reads as held until reserve's hold
 --          ends (a process asks before it sends on a slot it booked, which
 --          Redis may have lost since with every pause the fleet heard of).
---          Reply: {now, pause us remaining}.
+--          Reply: {now, pause us remaining, 1 when that is the hold, else
+--          0}.
 -- epoch:   KEYS: epoch keys. Makes each missing one, renews each with less
 --          than half its TTL left. A store on a Cluster runs it for every
 --          slot's key (see epoch, above). Reply: {now, keys made}.
@@ -986,16 +987,16 @@ elseif op == 'pause' then
     cur = now + d
     H.write_meta(metakey, now, cur, live, cancelled, expires, keep, mexp, n, inline)
   end
-  local left = 0
+  local left, held = 0, 0
   if cur > now then left = cur - now end
   if window and n <= 0 and call('EXISTS', log) == 0 then
     -- No log (none inline, no list): held as reserve would hold it.
     local epoch = H.epoch(KEYS[4], now, EPOCH)
     if ahead == 0 then ahead = window end
     local hold = epoch + ahead + window - now
-    if hold > left then left = hold end
+    if hold > left then left, held = hold, 1 end
   end
-  return {now, left}
+  return {now, left, held}
 
 elseif op == 'restore' then
   local window, ahead = tonumber(ARGV[2]), tonumber(ARGV[3])

@@ -11,6 +11,12 @@ type prober interface {
 	Probe(ctx context.Context) error
 }
 
+// pauseReader is implemented by stores whose pause read can be a hold of
+// their own (RedisStore: a young store's), which the Throttler logs.
+type pauseReader interface {
+	readPause(ctx context.Context, target string) (time.Duration, bool, error)
+}
+
 // enterFallback switches tg to the failure policy after a store error.
 func (t *Throttler) enterFallback(tg *target, cause error) {
 	now := t.cfg.now()

@@ -982,7 +982,7 @@ func TestScriptTakesATimeOnlyAfterAnAt(t *testing.T) {
 	}
 	vals, err := pause("x.example", "pause@1700000000000000")
 	require.NoError(t, err)
-	require.Equal(t, []int64{1_700_000_000_000_000, 1_000_000}, vals)
+	require.Equal(t, []int64{1_700_000_000_000_000, 1_000_000, 0}, vals, "now, the pause, not a hold")
 	pttl, err := client.PTTL(ctx, s.keys("x.example")[1]).Result()
 	require.NoError(t, err)
 	require.Positive(t, pttl, "a fixed time sets TTLs as the server clock would")
@@ -1574,17 +1574,18 @@ func TestASlotBookedBeforeALossIsNotSentInsideAForgottenPause(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	rules, err := ParseRules("*=20/1s")
 	require.NoError(t, err)
-	process := func() *Throttler {
+	process := func(logger *slog.Logger) *Throttler {
 		s, err := NewRedisStore(client, WithKeyPrefix(prefix))
 		require.NoError(t, err)
 		ageData(t, client, s)
-		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(quietLogger()))
+		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), WithLogger(logger))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = tr.Close() })
 		return tr
 	}
 	ctx := context.Background()
-	sleeper, heard := process(), process()
+	logs := &logRecorder{}
+	sleeper, heard := process(slog.New(logs)), process(quietLogger())
 	var r *Reservation
 	for range 21 { // the 21st slot is in the next window
 		r, err = sleeper.ReserveN(ctx, "example.com", 1)
@@ -1598,6 +1599,7 @@ func TestASlotBookedBeforeALossIsNotSentInsideAForgottenPause(t *testing.T) {
 	left, err := sleeper.Paused(ctx, "example.com")
 	require.NoError(t, err)
 	require.Greater(t, left, r.Delay(), "the check before sending holds the slot back")
+	require.Equal(t, 1, logs.count("the store's data is new"), "and says why: %q", logs.msgs)
 }
 
 // TestAPauseReadHoldsASlotTheStoreLost: a process asks for the target's

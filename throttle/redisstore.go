@@ -946,21 +946,31 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 // booked earlier then does not send on a slot Redis forgot, inside a pause
 // the fleet heard of and Redis forgot with it.
 func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
+	left, _, err := s.pause(ctx, target, d)
+	return left, err
+}
+
+// readPause is Pause(ctx, target, 0) that also reports whether what is
+// left is the young store's hold (the Throttler logs it).
+func (s *RedisStore) readPause(ctx context.Context, target string) (time.Duration, bool, error) {
+	return s.pause(ctx, target, 0)
+}
+
+func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration) (time.Duration, bool, error) {
 	args := []any{s.op("pause"), us(max(d, 0)), us(s.liveness)}
 	rt := s.target(target)
 	a := rt.args.Load()
+	var vals []int64
+	var err error
 	if d > 0 || a == nil || s.script != nil { // a write, no booking here, or another release's script
-		vals, err := s.runKeys(ctx, target, rt.keyArgs, 2, args)
-		if err != nil {
-			return 0, err
-		}
-		return fromUS(vals[1]), nil
+		vals, err = s.runKeys(ctx, target, rt.keyArgs, 2, args)
+	} else {
+		vals, err = s.runWithEpoch(ctx, target, rt, append(args, us(a.lim.Window), us(a.lim.Ahead)))
 	}
-	vals, err := s.runWithEpoch(ctx, target, rt, append(args, us(a.lim.Window), us(a.lim.Ahead)))
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return fromUS(vals[1]), nil
+	return fromUS(vals[1]), len(vals) > 2 && vals[2] == 1, nil
 }
 
 // Restore implements Store. A target whose log is empty while the store's

@@ -513,7 +513,15 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 	tg.pauseUntil(now.Add(left))
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
 	defer cancel()
-	fleet, err := t.store.Pause(sctx, tg.name, d)
+	var fleet time.Duration
+	if r, ok := t.store.(pauseReader); ok && d == 0 {
+		var held bool
+		if fleet, held, err = r.readPause(sctx, tg.name); held {
+			t.logYoung(tg, now, fleet) // the caller gives its slot back for it
+		}
+	} else {
+		fleet, err = t.store.Pause(sctx, tg.name, d)
+	}
 	if err != nil {
 		return left, fmt.Errorf("throttle: pause %q: %w", tg.name, err)
 	}

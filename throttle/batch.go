@@ -70,6 +70,11 @@ type waiter struct {
 	at    time.Time     // the slot on the local clock
 	via   via
 	err   error
+
+	one struct { // a batch of this waiter alone: decide's request and grant
+		req   [1]Request
+		grant [1]Grant
+	}
 }
 
 // errStoreDown tells a waiter under FailClosed to try again later.
@@ -97,10 +102,17 @@ func (w *waiter) link() *commitLink[*waiter] { return &w.commitLink }
 // policy when the store fails.
 func (t *Throttler) decide(tg *target, batch []*waiter) {
 	if tg.degradedNow(t) == nil {
-		reqs := make([]Request, len(batch))
-		grants := make([]Grant, len(batch))
-		for i, w := range batch {
-			reqs[i] = w.req
+		var reqs []Request
+		var grants []Grant
+		if len(batch) == 1 { // the usual call: its own buffers, no allocation
+			w := batch[0]
+			w.one.req, w.one.grant = [1]Request{w.req}, [1]Grant{}
+			reqs, grants = w.one.req[:], w.one.grant[:]
+		} else {
+			reqs, grants = make([]Request, len(batch)), make([]Grant, len(batch))
+			for i, w := range batch {
+				reqs[i] = w.req
+			}
 		}
 		st, at, err := t.storeReserve(tg, reqs, grants)
 		if err == nil {
@@ -164,8 +176,9 @@ func (t *Throttler) decideLocally(tg *target, batch []*waiter) {
 // the round trip, wrong by at most half of it, which the margin absorbs.
 func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, time.Time, error) {
 	start := time.Now() // the deadline's timer runs on the wall clock
-	ctx, done := t.deadlines.get(start, t.cfg.storeTimeout)
-	defer done()
+	dl := t.deadlines.get(start, t.cfg.storeTimeout)
+	defer dl.release()
+	ctx := dl.ctx
 	if t.cfg.testClock {
 		start = t.cfg.now()
 	}

@@ -30,13 +30,14 @@ type sharedDeadline struct {
 	users  atomic.Int64 // calls holding it, plus one while it is current
 }
 
-// get returns the context for a store call that starts now (the wall
-// clock's: the context's timer runs on it), with timeout as its bound, and
-// the function that lets go of it when the call is done.
-func (d *deadlines) get(now time.Time, timeout time.Duration) (context.Context, func()) {
+// get returns the shared deadline for a store call that starts now (the
+// wall clock's: the context's timer runs on it): its ctx bounds the call by
+// timeout, and the caller calls its release when the call is done. (A
+// returned release func cost each call an allocation.)
+func (d *deadlines) get(now time.Time, timeout time.Duration) *sharedDeadline {
 	cur := d.cur.Load()
 	if cur != nil && !now.After(cur.until) && cur.hold() {
-		return cur.ctx, cur.release
+		return cur
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), now.Add(timeout+shareDeadlines))
 	next := &sharedDeadline{ctx: ctx, cancel: cancel, until: now.Add(shareDeadlines)}
@@ -48,7 +49,7 @@ func (d *deadlines) get(now time.Time, timeout time.Duration) (context.Context, 
 	} else {
 		next.users.Add(-1) // another call replaced cur first: next serves this call alone
 	}
-	return ctx, next.release
+	return next
 }
 
 // hold takes a share of s, unless every holder has already let go.
@@ -61,6 +62,7 @@ func (s *sharedDeadline) hold() bool {
 	return false
 }
 
+// release lets go of s: a call holding it is done.
 func (s *sharedDeadline) release() {
 	if s.users.Add(-1) == 0 {
 		s.cancel()

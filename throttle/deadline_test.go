@@ -15,14 +15,15 @@ func TestDeadlinesShareOneContextPerMillisecond(t *testing.T) {
 	t0 := time.Now()
 	const timeout = 30 * time.Millisecond
 
-	a, doneA := d.get(t0, timeout)
-	b, doneB := d.get(t0.Add(shareDeadlines/2), timeout)
+	sa, sb := d.get(t0, timeout), d.get(t0.Add(shareDeadlines/2), timeout)
+	a, doneA, b, doneB := sa.ctx, sa.release, sb.ctx, sb.release
 	assert.Same(t, a, b, "calls that start within shareDeadlines share a context")
 	dl, ok := b.Deadline()
 	require.True(t, ok)
 	assert.False(t, dl.Before(t0.Add(shareDeadlines/2).Add(timeout)), "the later call still gets the whole timeout")
 
-	c, doneC := d.get(t0.Add(2*shareDeadlines), timeout)
+	sc := d.get(t0.Add(2*shareDeadlines), timeout)
+	c, doneC := sc.ctx, sc.release
 	assert.NotSame(t, a, c, "a call after shareDeadlines gets a new context")
 	doneA()
 	assert.NoError(t, a.Err(), "a replaced context stays live while a call holds it")
@@ -32,18 +33,18 @@ func TestDeadlinesShareOneContextPerMillisecond(t *testing.T) {
 	doneC()
 	assert.NoError(t, c.Err())
 
-	e, doneE := d.get(t0.Add(2*shareDeadlines), timeout)
-	defer doneE()
-	assert.Same(t, c, e, "the current context takes new calls after its calls let go")
+	se := d.get(t0.Add(2*shareDeadlines), timeout)
+	defer se.release()
+	assert.Same(t, c, se.ctx, "the current context takes new calls after its calls let go")
 }
 
 func TestDeadlinesEndAtTheirDeadline(t *testing.T) {
 	var d deadlines
-	ctx, done := d.get(time.Now(), time.Millisecond)
-	defer done()
+	s := d.get(time.Now(), time.Millisecond)
+	defer s.release()
 	select {
-	case <-ctx.Done():
-		assert.ErrorIs(t, ctx.Err(), context.DeadlineExceeded)
+	case <-s.ctx.Done():
+		assert.ErrorIs(t, s.ctx.Err(), context.DeadlineExceeded)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the context outlived its deadline")
 	}
@@ -55,11 +56,11 @@ func TestDeadlinesUnderConcurrentUse(t *testing.T) {
 	for range 8 {
 		wg.Go(func() {
 			for range 2000 {
-				ctx, done := d.get(time.Now(), time.Minute)
-				if err := ctx.Err(); err != nil {
+				s := d.get(time.Now(), time.Minute)
+				if err := s.ctx.Err(); err != nil {
 					t.Errorf("a context handed out was already done: %v", err)
 				}
-				done()
+				s.release()
 			}
 		})
 	}

@@ -35,6 +35,7 @@ type committer[T any] interface {
 type commitLink[T any] struct {
 	ready chan struct{} // made when it queues, closed once: its result is in, or lead is set
 	lead  []T           // set when this caller must run the next call
+	alone [1]T          // the batch of a caller that runs its own call
 }
 
 // do gets x decided by run, alone or with others: run(batch) fills in the
@@ -49,7 +50,9 @@ func (g *groupCommit[T]) do(ctx context.Context, x T, run func(batch []T), fail 
 		g.inflight++
 		shared := g.last > 1
 		g.mu.Unlock()
-		batch := []T{x}
+		l := x.link()
+		l.alone[0] = x
+		batch := l.alone[:] // no allocation for a caller alone
 		if shared {
 			batch = g.lateJoiners(batch)
 		}

@@ -524,3 +524,42 @@ func TestRedisStoreTargetTwiceInARun(t *testing.T) {
 	// later: meta keeps the live count for the heartbeat's liveness.
 	require.GreaterOrEqual(t, m.metaExpires, now+45_000_000, "the pause key keeps its expiry, and the inline log's")
 }
+
+// TestRedisStoreSharedRunSkipsEndedCalls: calls of a shared run whose
+// context ended before it was sent get their context's error and book
+// nothing; the rest of the run is decided as usual, and the caller's batch
+// is left as it was (its order tells which callers to wake).
+func TestRedisStoreSharedRunSkipsEndedCalls(t *testing.T) {
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	lim := Limit{Limit: 5, Window: 10 * time.Second}
+	for _, endedAt := range [][]bool{{true, false, false}, {false, true, false}, {false, false, true}, {true, true, true}} {
+		var calls []*reserveCall
+		tgt := fmt.Sprintf("skip%v.example", endedAt)
+		for _, e := range endedAt {
+			ctx := context.Background()
+			if e {
+				ctx = ended
+			}
+			calls = append(calls, &reserveCall{ctx: ctx, rt: s.target(tgt), target: tgt, lim: lim, reqs: []Request{{ID: nextID(), N: 1}}, grants: make([]Grant, 1)})
+		}
+		batch := append([]*reserveCall(nil), calls...)
+		s.reserve(batch)
+		require.Equal(t, calls, batch, "%v: the caller's batch is left as it was", endedAt)
+		live := 0
+		for i, c := range calls {
+			if endedAt[i] {
+				require.ErrorIs(t, c.err, context.Canceled, "%v: call %d", endedAt, i)
+				require.Equal(t, Grant{}, c.grants[0], "%v: call %d", endedAt, i)
+				continue
+			}
+			live++
+			require.NoError(t, c.err, "%v: call %d", endedAt, i)
+			require.Equal(t, Grant{OK: true}, c.grants[0], "%v: call %d", endedAt, i)
+			require.Equal(t, 5-live, c.state.Remaining, "%v: call %d", endedAt, i)
+		}
+		require.Len(t, readMeta(t, client, s, tgt).entries, live, "%v: only the live calls booked", endedAt)
+	}
+}

@@ -641,19 +641,26 @@ const (
 // latest deadline among the others, so that a member near its own deadline
 // does not fail the rest.
 func (s *RedisStore) reserve(calls []*reserveCall) {
-	send := make([]*reserveCall, 0, len(calls))
+	// send: the calls whose context is live; calls itself (not copied, and
+	// not changed in place: the caller's batch) while every one is.
+	send, copied := calls, false
 	var ctx context.Context
 	var latest time.Time
-	for _, c := range calls {
+	for i, c := range calls {
 		if err := c.ctx.Err(); err != nil {
 			c.err = fmt.Errorf("redis store: reserve %q: %w", c.target, context.Cause(c.ctx))
+			if !copied {
+				send, copied = slices.Clone(calls[:i]), true
+			}
 			continue
 		}
 		d, ok := c.ctx.Deadline()
 		if ctx == nil || !ok || (!latest.IsZero() && d.After(latest)) {
 			ctx, latest = c.ctx, d
 		}
-		send = append(send, c)
+		if copied {
+			send = append(send, c)
+		}
 	}
 	batching := s.batch.Load() // once: another run may turn it off meanwhile
 	switch {

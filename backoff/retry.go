@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
+	"net/url"
 	"syscall"
 )
 
@@ -41,8 +41,10 @@ func Idempotent(req *http.Request) bool {
 //
 // It is false once ctx is done, and false when resp.Request is known and
 // not [Idempotent]. Otherwise an error is retryable only if it is known to
-// be transient: a timeout (a net.Error whose Timeout method reports true,
-// including a per-attempt deadline inside ctx), a refused, reset or
+// be transient: a timeout (the first error in err's chain with a Timeout
+// method, an *url.Error aside, reports true: a network timeout, a
+// per-attempt deadline inside ctx, a fleetgate transport's attempt that
+// timed out, but not one the quota had no slot for), a refused, reset or
 // aborted connection, a broken pipe, or a connection closed early
 // (io.EOF, io.ErrUnexpectedEOF). Every other error is final: TLS
 // certificate failures, too many redirects, a bad URL or unsupported
@@ -72,12 +74,43 @@ func Retryable(ctx context.Context, resp *http.Response, err error) bool {
 // transient reports whether err is known to pass if the request is sent
 // again.
 func transient(err error) bool {
-	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+	if timeout(err) {
 		return true
 	}
 	for _, target := range transientErrors {
 		if errors.Is(err, target) {
 			return true
+		}
+	}
+	return false
+}
+
+// timeout reports whether err is a timeout: the first error in its chain
+// (depth first) with a Timeout method says, past any *url.Error, whose
+// Timeout asks only the error it holds and not what that one wraps (a
+// RoundTripper's error that wraps a timeout). So an error that knows
+// better than its cause decides: a fleetgate transport's error for an
+// attempt the quota had no slot for in time wraps
+// context.DeadlineExceeded, but did not time out.
+func timeout(err error) bool {
+	for err != nil {
+		if _, ok := err.(*url.Error); !ok {
+			if t, ok := err.(interface{ Timeout() bool }); ok {
+				return t.Timeout()
+			}
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if timeout(e) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
 		}
 	}
 	return false

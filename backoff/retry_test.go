@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net"
@@ -126,6 +127,13 @@ func TestRetryableErrors(t *testing.T) {
 		{"broken pipe", opErr("write", syscall.EPIPE), true},
 		{"i/o timeout", urlErr(&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}), true},
 		{"per-attempt deadline", urlErr(context.DeadlineExceeded), true},
+		// A RoundTripper's own error type between the url.Error and the
+		// timeout: url.Error's Timeout asks only the error it holds.
+		{"wrapped per-attempt deadline", urlErr(&wrapped{context.DeadlineExceeded}), true},
+		{"wrapped i/o timeout", urlErr(fmt.Errorf("attempt 2: %w", &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded})), true},
+		{"joined with a timeout", urlErr(errors.Join(errors.New("slot"), context.DeadlineExceeded)), true},
+		// An error that says it did not time out decides, whatever it wraps.
+		{"not a timeout, wrapping a deadline", urlErr(&notTimeout{wrapped{context.DeadlineExceeded}}), false},
 		{"EOF", urlErr(io.EOF), true},
 		{"unexpected EOF", urlErr(io.ErrUnexpectedEOF), true},
 		{"canceled by an inner context", urlErr(context.Canceled), false},
@@ -183,3 +191,14 @@ func TestRetryableResponses(t *testing.T) {
 		})
 	}
 }
+
+// wrapped is a RoundTripper's error with no Timeout method of its own.
+type wrapped struct{ err error }
+
+func (w *wrapped) Error() string { return "attempt failed: " + w.err.Error() }
+func (w *wrapped) Unwrap() error { return w.err }
+
+// notTimeout is an error that knows it is no timeout, whatever its cause.
+type notTimeout struct{ wrapped }
+
+func (*notTimeout) Timeout() bool { return false }

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,11 +50,18 @@ type connGuard struct {
 	body   attemptBody
 	res    *throttle.Reservation // the attempt's slot, set before the base runs
 	stop   context.CancelFunc    // releases WithAttemptTimeout's deadline, if the attempt has one
+	// bound is the attempt's context under WithAttemptTimeout (nil
+	// without): the quota's waits at its connections count against the
+	// attempt's bound. byAttempt: its deadline is the attempt's own, before
+	// the caller's.
+	bound     context.Context
+	byAttempt bool
 
 	mu     sync.Mutex    // a base may trace from another goroutine
 	conns  int           // connections the base got for the attempt
 	waited time.Duration // on the quota, at those connections
 	err    error         // why the request was stopped
+	ranOut bool          // err is the attempt's own deadline, not the caller's
 }
 
 // guard returns the context for an attempt at host, and its connGuard.
@@ -85,14 +93,20 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 	}
 	if !stopped {
 		start := g.tr.cfg.now()
-		r, err := g.tr.wait(g.ctx, g.host)
+		wctx := g.ctx
+		if g.bound != nil {
+			wctx = g.bound
+		}
+		r, err := g.tr.wait(wctx, g.host)
+		ranOut := false
 		if err != nil {
+			ranOut = g.byAttempt && g.ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)
 			err = fmt.Errorf("%s: %w", why, err)
 			g.cancel(err)
 		}
 		g.mu.Lock()
 		g.waited += g.tr.cfg.now().Sub(start)
-		g.res, g.err = r, err
+		g.res, g.err, g.ranOut = r, err, ranOut
 		g.mu.Unlock()
 		if err == nil {
 			return
@@ -128,11 +142,13 @@ func (g *connGuard) multiplexed(info httptrace.GotConnInfo) bool {
 }
 
 // stopped returns how long the attempt waited on the quota at its
-// connections, and why it was stopped before it was written, or nil.
-func (g *connGuard) stopped() (time.Duration, error) {
+// connections, whether the attempt's own deadline (WithAttemptTimeout)
+// stopped it while the caller's context was live, and why it was stopped
+// before it was written, or nil.
+func (g *connGuard) stopped() (waited time.Duration, ranOut bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.waited, g.err
+	return g.waited, g.ranOut, g.err
 }
 
 // done ends the attempt's context once the attempt is over: when resp's

@@ -59,7 +59,8 @@ func TestAStoppedRequestLeavesAnHTTP2ConnectionWorking(t *testing.T) {
 			require.True(t, res.Stale())
 
 			g.gotConn(httptrace.GotConnInfo{Conn: conn})
-			_, err = g.stopped()
+			_, ranOut, err := g.stopped()
+			require.False(t, ranOut, "the caller's deadline, not the attempt's")
 			require.ErrorIs(t, err, context.DeadlineExceeded, "no slot before the deadline")
 			require.Error(t, actx.Err(), "the attempt's context is cancelled")
 

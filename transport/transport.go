@@ -125,7 +125,9 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // connection, after a reused one failed before the response (the target
 // may have received the first), waits on the quota for a slot of its own.
 // A request that finds no slot there is not sent, and RoundTrip returns an
-// *Error wrapping the quota's error. A returned response's body ends the
+// *Error wrapping the quota's error; under WithAttemptTimeout, the wait
+// there is bounded by the attempt's bound, and one that would pass it
+// ends the attempt as timed out, retried as one. A returned response's body ends the
 // attempt's context when it is closed, as every response body must be.
 //
 // When it fails before an attempt is sent (the quota wait fails: a bad
@@ -167,7 +169,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				attempt--
 				break
 			}
-			return nil, &Error{Host: host, Attempt: attempt, Err: werr}
+			return nil, &Error{Host: host, Attempt: attempt, Err: werr, quota: true}
 		}
 
 		guard.res = res
@@ -180,8 +182,9 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		case err == nil && resp == nil:
 			err = errNoResponse
 		}
-		waited, gerr := guard.stopped()
+		waited, ranOut, gerr := guard.stopped()
 		info.Waited += waited
+		var sg signals
 		if gerr != nil { // no slot at the connection: not sent
 			if resp != nil {
 				discard(resp)
@@ -189,16 +192,21 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			guard.done(nil)
 			info.Err = gerr
 			tr.report(info)
-			return nil, &Error{Host: host, Attempt: attempt, Err: gerr}
+			if !ranOut {
+				return nil, &Error{Host: host, Attempt: attempt, Err: gerr, quota: true}
+			}
+			// The attempt's own bound ran out at its connection: an
+			// attempt that timed out, retried as one.
+			resp, err = nil, gerr
+		} else {
+			resp = guard.done(resp)
+			if resp != nil {
+				sg = tr.observe(ctx, host, resp, sent)
+				info.Status = resp.StatusCode
+			}
+			info.Err, info.Pause = err, sg.pause
+			tr.report(info)
 		}
-		resp = guard.done(resp)
-		var sg signals
-		if resp != nil {
-			sg = tr.observe(ctx, host, resp, sent)
-			info.Status = resp.StatusCode
-		}
-		info.Err, info.Pause = err, sg.pause
-		tr.report(info)
 
 		if attempt >= attempts || !backoff.Retryable(ctx, resp, err) {
 			break
@@ -235,6 +243,9 @@ func (tr *Transport) send(g *connGuard, req *http.Request) (*http.Response, erro
 	}
 	ctx, stop := context.WithTimeout(req.Context(), d)
 	g.stop = stop
+	dl, _ := ctx.Deadline()
+	cdl, ok := g.ctx.Deadline()
+	g.bound, g.byAttempt = ctx, !ok || dl.Before(cdl)
 	return tr.base.RoundTrip(req.WithContext(ctx))
 }
 

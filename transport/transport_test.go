@@ -3,18 +3,23 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-retryablehttp"
 	"github.com/stretchr/testify/require"
 
+	"github.com/fleetgate/fleetgate/backoff"
 	"github.com/fleetgate/fleetgate/throttle"
 	"github.com/fleetgate/fleetgate/transport"
 )
@@ -568,6 +573,112 @@ func TestAttemptTimeoutBoundsEachAttemptNotTheQuota(t *testing.T) {
 	require.ErrorIs(t, infos[0].Err, context.DeadlineExceeded, "the first attempt ran out")
 	require.GreaterOrEqual(t, infos[1].Waited, 200*time.Millisecond, "the retry waited on the quota longer than the timeout")
 	between(t, 400*time.Millisecond, 3*time.Second, time.Since(start), "time to the answer")
+}
+
+// TestAttemptTimeoutIsATimeoutUnderAClient: an attempt cut by its bound
+// fails, through an http.Client, with an *url.Error whose Timeout is true,
+// so that go-retryablehttp with backoff.CheckRetry (the README's set-up,
+// the Transport's own retries off) retries it.
+func TestAttemptTimeoutIsATimeoutUnderAClient(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n < 2 {
+			<-r.Context().Done() // hangs until the client gives up
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	rt := transport.New(nil, newThrottler(t, "100/1s"), transport.WithoutRetries(),
+		transport.WithAttemptTimeout(100*time.Millisecond))
+
+	_, err := (&http.Client{Transport: rt}).Get(tg.URL)
+	var ue *url.Error
+	require.ErrorAs(t, err, &ue)
+	require.True(t, ue.Timeout(), "url.Error.Timeout of %v", err)
+	require.True(t, backoff.Retryable(context.Background(), nil, err), "Retryable(%v)", err)
+
+	rc := retryablehttp.NewClient()
+	rc.HTTPClient.Transport = rt
+	rc.Backoff = backoff.RetryableHTTPBackoff(&backoff.Exponential{Base: time.Millisecond, Max: time.Millisecond}, 0)
+	rc.CheckRetry = backoff.CheckRetry
+	rc.Logger = nil
+	rc.RetryMax = 2
+	resp, err := rc.Get(tg.URL)
+	require.NoError(t, err, "the attempt that timed out is retried")
+	require.NoError(t, resp.Body.Close())
+	require.Len(t, tg.seen(), 3, "the first request, hung; then its two attempts here: one hung, one answered")
+}
+
+// TestNoSlotBeforeTheDeadlineIsNoTimeout: a request the quota has no slot
+// for before the caller's deadline fails fast, and not as a timeout: a
+// retry within that deadline would find no slot either.
+func TestNoSlotBeforeTheDeadlineIsNoTimeout(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, statuses(http.StatusOK))
+	thr := newThrottler(t, "1/10s")
+	_, err := thr.ReserveN(t.Context(), tg.host, 1) // the next slot is 10 s away
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, tg.URL, nil)
+	require.NoError(t, err)
+	_, err = (&http.Client{Transport: transport.New(nil, thr, transport.WithAttemptTimeout(100*time.Millisecond))}).Do(req)
+	require.ErrorIs(t, err, throttle.ErrWouldExceedDeadline)
+	var ue *url.Error
+	require.ErrorAs(t, err, &ue)
+	require.False(t, ue.Timeout(), "no slot is no timeout: %v", err)
+	require.False(t, backoff.Retryable(ctx, nil, err), "Retryable(%v)", err)
+	require.Empty(t, tg.seen())
+}
+
+// TestAttemptTimeoutBoundsTheWaitAtTheConnection: the second wait on the
+// quota, at a connection that came too late for the slot, counts against
+// the attempt's bound: when a fleet-wide pause that ends past the bound
+// began meanwhile, the attempt fails as timed out without being sent (not
+// sent when the pause ends, after its bound, as it was), and is retried
+// like any attempt that timed out: after the pause.
+func TestAttemptTimeoutBoundsTheWaitAtTheConnection(t *testing.T) {
+	t.Parallel()
+	for _, retries := range []bool{false, true} {
+		t.Run(fmt.Sprintf("retries=%v", retries), func(t *testing.T) {
+			t.Parallel()
+			tg := newTarget(t, statuses(http.StatusOK))
+			thr := newThrottler(t, "10/1s")
+			var paused atomic.Bool
+			const pause = time.Second
+			base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				if !paused.Swap(true) {
+					time.Sleep(3 * throttle.MinStale) // the slot goes stale
+					_, _ = thr.Pause(context.Background(), tg.host, pause)
+				}
+				return (&net.Dialer{}).DialContext(ctx, network, addr)
+			}}
+			t.Cleanup(base.CloseIdleConnections)
+			opts := []transport.Option{transport.WithAttemptTimeout(300 * time.Millisecond), fastRetries()}
+			if !retries {
+				opts = append(opts, transport.WithoutRetries())
+			}
+			start := time.Now()
+			resp, err := roundTrip(t, transport.New(base, thr, opts...), get(t, t.Context(), tg.URL))
+			took := time.Since(start)
+			if !retries {
+				require.ErrorIs(t, err, context.DeadlineExceeded)
+				var te *transport.Error
+				require.ErrorAs(t, err, &te)
+				require.True(t, te.Timeout(), "the attempt timed out: %v", err)
+				// The slot after the pause lies past the attempt's bound:
+				// refused at once, not waited for.
+				require.Less(t, took, pause, "time to the error")
+				require.Empty(t, tg.seen(), "the attempt was not sent")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+			a := tg.seen()
+			require.Len(t, a, 1, "one request reached the target: the retry's")
+			require.GreaterOrEqual(t, a[0].at.Sub(start), pause, "sent after the pause")
+		})
+	}
 }
 
 // TestAttemptTimeoutCoversTheBody: the bound runs until the body is read,

@@ -20,11 +20,13 @@ var ErrInvalidRetryAfter = errors.New("backoff: invalid Retry-After")
 
 // httpDates are the three HTTP-date forms of RFC 9110 §5.6.7, as
 // [http.ParseTime] knows them but with the RFC 850 form's zone pinned to
-// GMT, so that no other zone abbreviation is read as UTC.
+// GMT, so that no other zone abbreviation is read as UTC, and asctime's
+// day of the month in both its forms (date3: 2DIGIT, or SP DIGIT).
 var httpDates = [...]string{
 	http.TimeFormat,                  // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
 	"Monday, 02-Jan-06 15:04:05 GMT", // RFC 850:     Sunday, 06-Nov-94 08:49:37 GMT
 	time.ANSIC,                       // asctime:     Sun Nov  6 08:49:37 1994
+	"Mon Jan 02 15:04:05 2006",       // asctime, its day as 2DIGIT: Sun Nov 06 08:49:37 1994
 }
 
 // ParseRetryAfter returns the wait an HTTP Retry-After field value asks

@@ -40,6 +40,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"RFC 850 past", "Sunday, 06-Nov-94 08:49:37 GMT", 0, 0},
 		{"asctime past", "Sun Nov  6 08:49:37 1994", 0, 0},
 		{"asctime two-digit day", "Wed Nov 16 08:49:37 1994", 0, 0},
+		{"asctime zero-padded day", "Sun Nov 06 08:49:37 1994", 0, 0},
+		{"asctime zero-padded day, future", "Sat Nov 06 08:49:37 2094", 0, backoff.DefaultMaxRetryAfter},
 		{"IMF-fixdate future", now.Add(90 * time.Second).Format(http.TimeFormat), 0, 90 * time.Second},
 		{"RFC 850 future", now.Add(90 * time.Second).Format(rfc850), 0, 90 * time.Second},
 		{"asctime future", now.Add(90 * time.Second).Format(time.ANSIC), 0, 90 * time.Second},

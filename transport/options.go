@@ -63,7 +63,10 @@ func WithBackoff(p *backoff.Exponential) Option {
 // WithPauseBackoff sets the fleet-wide pauses after 429 responses that
 // carry no valid Retry-After: the n-th such 429 in a row for a target
 // (from 0) pauses it for p.Delay(n, prev), capped at the Retry-After cap.
-// A 2xx from the target ends the run. The default is DefaultFirstPause
+// A 2xx from the target ends the run, and so does a time as long as the
+// Retry-After cap (WithMaxRetryAfter) with no such 429 after the latest
+// pause ended: a target met again much later starts afresh, and runs of
+// targets not met again are not kept. The default is DefaultFirstPause
 // doubling per 429, with equal jitter (each pause is at least half its
 // nominal length), capped at the Retry-After cap. A nil p means the
 // default.

@@ -72,7 +72,7 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 	switch {
 	case status == http.StatusTooManyRequests && !hasRetryAfter:
 		if target, err := tr.target(ctx, host); err == nil {
-			if d, ok := tr.streaks.escalate(target, sent, now, tr.cfg.pausePolicy); ok {
+			if d, ok := tr.streaks.escalate(target, sent, now, tr.cfg.pausePolicy, tr.cfg.maxRetryAfter); ok {
 				sg.pause = max(sg.pause, min(d, tr.cfg.maxRetryAfter))
 			}
 		}
@@ -116,40 +116,69 @@ func truncate(s string) string {
 // that each one pauses the fleet longer. A 429 or 2xx to a request sent
 // before the latest escalation says nothing new (it was in flight when
 // this process reacted) and is ignored, so a burst of concurrent requests
-// answered 429 together escalates once. Safe for concurrent use.
+// answered 429 together escalates once. A run lapses when no such 429
+// comes for a while after its latest pause ended (escalate's lapse), so a
+// target that comes back much later starts afresh, and a crawler that
+// meets many targets once keeps only the recent runs. Safe for concurrent
+// use.
 type streaks struct {
-	n  atomic.Int64 // len(m), read without the lock on every 2xx
-	mu sync.Mutex
-	m  map[string]*streak
+	n       atomic.Int64 // len(m), read without the lock on every 2xx
+	mu      sync.Mutex
+	m       map[string]*streak
+	sweepAt int // len(m) at which escalate drops the lapsed runs
 }
 
 type streak struct {
-	count int           // escalations so far
-	prev  time.Duration // the last pause, for DecorrelatedJitter
-	since time.Time     // when the last escalation happened
+	count  int           // escalations so far
+	prev   time.Duration // the last pause, for DecorrelatedJitter
+	since  time.Time     // when the last escalation happened
+	lapses time.Time     // when the run ends without another 429
 }
+
+// minSweep is the fewest runs streaks keeps before it looks for lapsed
+// ones.
+const minSweep = 64
 
 // escalate records a 429 to target sent at sent and returns the pause it
 // calls for, or false when the request was already in flight at the
-// latest escalation.
-func (s *streaks) escalate(target string, sent, now time.Time, p *backoff.Exponential) (time.Duration, bool) {
+// latest escalation. The run lapses lapse after that pause ends.
+func (s *streaks) escalate(target string, sent, now time.Time, p *backoff.Exponential, lapse time.Duration) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.m[target]
-	if st == nil {
+	switch {
+	case st != nil && now.After(st.lapses):
+		*st = streak{} // a run that lapsed: this 429 begins a new one
+	case st != nil && sent.Before(st.since):
+		return 0, false
+	case st == nil:
 		if s.m == nil {
 			s.m = make(map[string]*streak)
 		}
+		s.sweep(now)
 		st = &streak{}
 		s.m[target] = st
-		s.n.Add(1)
-	} else if sent.Before(st.since) {
-		return 0, false
+		s.n.Store(int64(len(s.m)))
 	}
 	d := p.Delay(st.count, st.prev)
 	st.count++
-	st.prev, st.since = d, now
+	st.prev, st.since, st.lapses = d, now, now.Add(d+lapse)
 	return d, true
+}
+
+// sweep drops the runs lapsed at now once there are sweepAt of them, and
+// sets the next sweep at twice as many as are left: a run costs O(1) to
+// add, amortized.
+func (s *streaks) sweep(now time.Time) {
+	if len(s.m) < max(s.sweepAt, minSweep) {
+		return
+	}
+	for target, st := range s.m {
+		if now.After(st.lapses) {
+			delete(s.m, target)
+		}
+	}
+	s.sweepAt = 2 * len(s.m)
 }
 
 func (s *streaks) active() bool { return s.n.Load() > 0 }
@@ -160,6 +189,6 @@ func (s *streaks) reset(target string, sent time.Time) {
 	defer s.mu.Unlock()
 	if st := s.m[target]; st != nil && !sent.Before(st.since) {
 		delete(s.m, target)
-		s.n.Add(-1)
+		s.n.Store(int64(len(s.m)))
 	}
 }

@@ -62,6 +62,7 @@ type connGuard struct {
 	waited time.Duration // on the quota, at those connections
 	err    error         // why the request was stopped
 	ranOut bool          // err is the attempt's own deadline, not the caller's
+	rewait time.Time     // when the latest wait at a connection ended with a slot
 }
 
 // guard returns the context for an attempt at host, and its connGuard.
@@ -104,9 +105,13 @@ func (g *connGuard) gotConn(info httptrace.GotConnInfo) {
 			err = fmt.Errorf("%s: %w", why, err)
 			g.cancel(err)
 		}
+		end := g.tr.cfg.now()
 		g.mu.Lock()
-		g.waited += g.tr.cfg.now().Sub(start)
+		g.waited += end.Sub(start)
 		g.res, g.err, g.ranOut = r, err, ranOut
+		if err == nil {
+			g.rewait = end
+		}
 		g.mu.Unlock()
 		if err == nil {
 			return
@@ -149,6 +154,18 @@ func (g *connGuard) stopped() (waited time.Duration, ranOut bool, err error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.waited, g.ranOut, g.err
+}
+
+// sentAt returns when the attempt was sent, given that it was handed to
+// the base at handed: after the latest wait on the quota at a connection,
+// if it waited there.
+func (g *connGuard) sentAt(handed time.Time) time.Time {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.rewait.After(handed) {
+		return g.rewait
+	}
+	return handed
 }
 
 // done ends the attempt's context once the attempt is over: when resp's

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -174,6 +175,50 @@ func TestConcurrentTooManyRequestsEscalateOnce(t *testing.T) {
 		}
 	}
 	require.Equal(t, []time.Duration{50 * time.Millisecond}, pauses, "pauses asked for")
+}
+
+// TestA429AfterAWaitAtTheConnectionEscalates: a request whose connection
+// came after an escalation waits out that pause at the connection and is
+// sent after it: its 429 is news, and escalates the run, where a 429 to a
+// request already in flight at the escalation does not.
+func TestA429AfterAWaitAtTheConnectionEscalates(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, statuses(429))
+	type slowKey struct{}
+	dialing, escalated := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	base := &http.Transport{DisableKeepAlives: true, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ctx.Value(slowKey{}) != nil {
+			close(dialing)                    // its slot is booked, before the first 429
+			<-escalated                       // the connection comes after the first 429's pause began
+			time.Sleep(3 * throttle.MinStale) // and too late for the slot
+		}
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(base.CloseIdleConnections)
+	var mu sync.Mutex
+	var pauses []time.Duration
+	const first = 100 * time.Millisecond
+	rt := transport.New(base, newThrottler(t, "100/1s"), transport.WithoutRetries(),
+		transport.WithPauseBackoff(&backoff.Exponential{Base: first, Jitter: backoff.NoJitter}),
+		transport.OnAttempt(func(a transport.AttemptInfo) {
+			mu.Lock()
+			pauses = append(pauses, a.Pause)
+			mu.Unlock()
+			if a.Pause > 0 {
+				once.Do(func() { close(escalated) })
+			}
+		}))
+	slow := get(t, context.WithValue(t.Context(), slowKey{}, true), tg.URL)
+	var wg sync.WaitGroup
+	wg.Go(func() { sendAsync(t, rt, slow) })
+	<-dialing
+	sendAsync(t, rt, get(t, t.Context(), tg.URL))
+	wg.Wait()
+	require.Equal(t, []time.Duration{first, 2 * first}, pauses, "the pauses the two 429s asked for")
+	a := tg.seen()
+	require.Len(t, a, 2)
+	require.GreaterOrEqual(t, a[1].at.Sub(a[0].at), first, "the second request was sent after the first pause")
 }
 
 func TestRateLimitFields(t *testing.T) {

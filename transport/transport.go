@@ -201,7 +201,9 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		} else {
 			resp = guard.done(resp)
 			if resp != nil {
-				sg = tr.observe(ctx, host, resp, sent)
+				// A 429 to a request that waited out a pause at its
+				// connection is news: it was sent after the pause.
+				sg = tr.observe(ctx, host, resp, guard.sentAt(sent))
 				info.Status = resp.StatusCode
 			}
 			info.Err, info.Pause = err, sg.pause

@@ -368,8 +368,19 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return ctxErr(ctx)
 	}
+}
+
+// ctxErr returns why ctx ended: its Err, which callers match
+// (context.Canceled, context.DeadlineExceeded), and its cause too when it
+// was given one.
+func ctxErr(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
+	}
+	return err
 }
 
 // keep reads resp's body into memory, when it is at most maxDrain, and

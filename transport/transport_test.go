@@ -409,6 +409,37 @@ func TestCancelledWaitReleasesTheSlot(t *testing.T) {
 	between(t, 250*time.Millisecond, 500*time.Millisecond, a[1].at.Sub(a[0].at), "second arrival after the first")
 }
 
+// TestCancelledWithACause: a context cancelled with a cause, during the
+// quota wait or the delay before a retry, fails the request with an error
+// that matches both context.Canceled and the cause.
+func TestCancelledWithACause(t *testing.T) {
+	t.Parallel()
+	errShutdown := errors.New("shutting down")
+	for _, tc := range []struct {
+		name string
+		rule string
+		code int
+	}{
+		{"in the quota wait", "1/1h", http.StatusOK},            // the second request's slot is an hour away
+		{"in the retry delay", "100/1s", http.StatusBadGateway}, // retried after 300ms
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tg := newTarget(t, statuses(tc.code))
+			rt := transport.New(nil, newThrottler(t, tc.rule), transport.WithBackoff(&backoff.Exponential{Base: 300 * time.Millisecond, Jitter: backoff.NoJitter}))
+			if tc.code == http.StatusOK {
+				_, err := roundTrip(t, rt, get(t, t.Context(), tg.URL))
+				require.NoError(t, err)
+			}
+			ctx, cancel := context.WithCancelCause(t.Context())
+			time.AfterFunc(50*time.Millisecond, func() { cancel(errShutdown) })
+			_, err := roundTrip(t, rt, get(t, ctx, tg.URL))
+			require.ErrorIs(t, err, context.Canceled)
+			require.ErrorIs(t, err, errShutdown)
+		})
+	}
+}
+
 func TestDeadlineStopsRetrying(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

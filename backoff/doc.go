@@ -9,7 +9,8 @@
 //     and reject or ignore what they cannot read; neither guesses.
 //     [ResponseDate] gives the server's clock to read their dates against.
 //   - [Idempotent] and [Retryable] are the retry rules: which requests may
-//     be repeated, and which outcomes are worth repeating.
+//     be repeated, and which outcomes are worth repeating; [Timeout] is
+//     how Retryable tells a timeout, wrapped however deep.
 //   - [RetryableHTTPBackoff] and [CheckRetry] plug those rules into
 //     github.com/hashicorp/go-retryablehttp.
 //

@@ -74,7 +74,7 @@ func Retryable(ctx context.Context, resp *http.Response, err error) bool {
 // transient reports whether err is known to pass if the request is sent
 // again.
 func transient(err error) bool {
-	if timeout(err) {
+	if Timeout(err) {
 		return true
 	}
 	for _, target := range transientErrors {
@@ -85,14 +85,14 @@ func transient(err error) bool {
 	return false
 }
 
-// timeout reports whether err is a timeout: the first error in its chain
-// (depth first) with a Timeout method says, past any *url.Error, whose
-// Timeout asks only the error it holds and not what that one wraps (a
-// RoundTripper's error that wraps a timeout). So an error that knows
-// better than its cause decides: a fleetgate transport's error for an
-// attempt the quota had no slot for in time wraps
-// context.DeadlineExceeded, but did not time out.
-func timeout(err error) bool {
+// Timeout reports whether err is a timeout, as [Retryable] judges it: the
+// first error in its chain (depth first) with a Timeout method says, past
+// any *url.Error, whose Timeout asks only the error it holds and not what
+// that one wraps (a RoundTripper's error that wraps a timeout). So an
+// error that knows better than its cause decides: a fleetgate transport's
+// error for an attempt the quota had no slot for in time wraps
+// context.DeadlineExceeded, but did not time out. A nil err is none.
+func Timeout(err error) bool {
 	for err != nil {
 		if _, ok := err.(*url.Error); !ok {
 			if t, ok := err.(interface{ Timeout() bool }); ok {
@@ -104,7 +104,7 @@ func timeout(err error) bool {
 			err = u.Unwrap()
 		case interface{ Unwrap() []error }:
 			for _, e := range u.Unwrap() {
-				if timeout(e) {
+				if Timeout(e) {
 					return true
 				}
 			}

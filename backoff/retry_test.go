@@ -151,6 +151,17 @@ func TestRetryableErrors(t *testing.T) {
 	}
 }
 
+func TestTimeout(t *testing.T) {
+	require.False(t, backoff.Timeout(nil))
+	require.False(t, backoff.Timeout(errors.New("boom")))
+	require.True(t, backoff.Timeout(context.DeadlineExceeded))
+	require.True(t, backoff.Timeout(fmt.Errorf("a: %w", fmt.Errorf("b: %w", os.ErrDeadlineExceeded))))
+	require.True(t, backoff.Timeout(&url.Error{Op: "Get", URL: "http://example.test/", Err: &wrapped{context.DeadlineExceeded}}),
+		"past a url.Error, whose own Timeout is false here")
+	require.False(t, backoff.Timeout(&notTimeout{wrapped{context.DeadlineExceeded}}), "the outer error decides")
+	require.True(t, backoff.Timeout(errors.Join(&notTimeout{wrapped{io.EOF}}, context.DeadlineExceeded)), "any branch of a join")
+}
+
 func TestRetryableResponses(t *testing.T) {
 	respond := func(status int, method string, header ...string) *http.Response {
 		req := httptest.NewRequest(method, "http://example.test/", nil)

@@ -3,7 +3,8 @@ package transport
 import (
 	"errors"
 	"fmt"
-	"iter"
+
+	"github.com/fleetgate/fleetgate/backoff"
 )
 
 // Error is the error RoundTrip returns when it has no response to return.
@@ -27,51 +28,14 @@ func (e *Error) Error() string {
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Timeout reports whether the attempt timed out: its cause is a timeout (a
-// network timeout, or its WithAttemptTimeout bound, even when that ran out
-// while the attempt waited on the quota at its connection). An attempt the
-// quota had no slot for before the caller's deadline did not time out: a
-// retry within that deadline would find no slot either. So an
-// http.Client's *url.Error reports Timeout as this does, and
-// backoff.Retryable retries a timed-out attempt.
-func (e *Error) Timeout() bool {
-	if e.quota {
-		return false
-	}
-	for err := range chain(e.Err) {
-		if t, ok := err.(interface{ Timeout() bool }); ok && t.Timeout() {
-			return true
-		}
-	}
-	return false
-}
-
-// chain yields err and every error it wraps, depth first.
-func chain(err error) iter.Seq[error] {
-	return func(yield func(error) bool) {
-		walk(err, yield)
-	}
-}
-
-func walk(err error, yield func(error) bool) bool {
-	if err == nil {
-		return true
-	}
-	if !yield(err) {
-		return false
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		return walk(u.Unwrap(), yield)
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			if !walk(e, yield) {
-				return false
-			}
-		}
-	}
-	return true
-}
+// Timeout reports whether the attempt timed out: its cause is a timeout
+// (backoff.Timeout: a network timeout, or its WithAttemptTimeout bound,
+// even when that ran out while the attempt waited on the quota at its
+// connection). An attempt the quota had no slot for before the caller's
+// deadline did not time out: a retry within that deadline would find no
+// slot either. So an http.Client's *url.Error reports Timeout as this
+// does, and backoff.Retryable retries a timed-out attempt.
+func (e *Error) Timeout() bool { return !e.quota && backoff.Timeout(e.Err) }
 
 var (
 	errNilURL     = errors.New("nil Request.URL")

@@ -91,7 +91,11 @@ func crawlFiles(ctx context.Context, cfg *config, thr *throttle.Throttler, in io
 		return 1
 	}
 	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "crawl-demo: interrupted after reading %d URLs: each has its line, the rest of the input was not read\n", sum.urls)
+		rest := "the rest of the input was not read"
+		if sum.inputEnded {
+			rest = "the whole input was read"
+		}
+		fmt.Fprintf(stderr, "crawl-demo: interrupted after reading %d URLs: each has its line, %s\n", sum.urls, rest)
 		return 1
 	}
 	if sum.urls != sum.ok {
@@ -101,11 +105,14 @@ func crawlFiles(ctx context.Context, cfg *config, thr *throttle.Throttler, in io
 }
 
 // openFiles opens the URL file (stdin for "-") and creates the output file
-// (stdout for "" and "-"). closeFiles closes what it opened; its error says
-// that the output may be incomplete.
+// (stdout for "" and "-"). It refuses an output file that is the file of
+// URLs, named by -urls or redirected to stdin, before creating it, so the
+// URLs are never truncated. closeFiles closes what it opened; its error
+// says that the output may be incomplete.
 func openFiles(cfg *config, stdin io.Reader, stdout io.Writer) (in io.Reader, out io.Writer, closeFiles func() error, err error) {
 	in, out = stdin, stdout
 	var inFile, outFile *os.File
+	var inInfo os.FileInfo // the URL file's, if it is a file; nil if unknown
 	if cfg.urls != "-" {
 		if inFile, err = os.Open(cfg.urls); err != nil {
 			return nil, nil, nil, fmt.Errorf("-urls: %w", err)
@@ -118,7 +125,12 @@ func openFiles(cfg *config, stdin io.Reader, stdout io.Writer) (in io.Reader, ou
 			inFile.Close()
 			return nil, nil, nil, fmt.Errorf("-urls %s: %w", cfg.urls, err)
 		}
-		in = inFile
+		in, inInfo = inFile, fi
+	} else if f, ok := stdin.(interface{ Stat() (os.FileInfo, error) }); ok {
+		// crawl-demo -urls - -out FILE < FILE: the shell opened FILE for us.
+		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
+			inInfo = fi
+		}
 	}
 	closeIn := func() {
 		if inFile != nil {
@@ -126,12 +138,14 @@ func openFiles(cfg *config, stdin io.Reader, stdout io.Writer) (in io.Reader, ou
 		}
 	}
 	if cfg.out != "" && cfg.out != "-" {
-		if inFile != nil {
-			if a, err1 := inFile.Stat(); err1 == nil {
-				if b, err2 := os.Stat(cfg.out); err2 == nil && os.SameFile(a, b) {
-					closeIn()
-					return nil, nil, nil, fmt.Errorf("-out %s: is the -urls file, which it would overwrite", cfg.out)
+		if inInfo != nil {
+			if fi, err := os.Stat(cfg.out); err == nil && os.SameFile(inInfo, fi) {
+				closeIn()
+				what := "the -urls file"
+				if cfg.urls == "-" {
+					what = "the file stdin reads (-urls -)"
 				}
+				return nil, nil, nil, fmt.Errorf("-out %s: is %s, which it would overwrite", cfg.out, what)
 			}
 		}
 		if outFile, err = os.Create(cfg.out); err != nil {
@@ -153,10 +167,11 @@ func openFiles(cfg *config, stdin io.Reader, stdout io.Writer) (in io.Reader, ou
 
 // summary counts the lines a crawl wrote.
 type summary struct {
-	urls        int // lines written: every URL read
-	ok          int // successes
-	failed      int // errors other than interruptions
-	interrupted int // URLs read but not fetched
+	urls        int  // lines written: every URL read
+	ok          int  // successes
+	failed      int  // errors other than interruptions
+	interrupted int  // URLs read but not fetched
+	inputEnded  bool // the input was read to its end, not stopped early
 }
 
 // crawl reads URLs from in and has workers goroutines get them, writing each
@@ -177,6 +192,7 @@ func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Cont
 	results := make(chan result, workers)
 	var wg sync.WaitGroup
 	var readErr error
+	var stopped bool // reading stopped because ctx ended, before the input's end
 	wg.Go(func() {
 		defer jobs.close()
 		readErr = readLines(in, maxLine, func(line string, tooLong bool) {
@@ -195,7 +211,10 @@ func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Cont
 					results <- result{URL: line, Error: interrupted}
 				}
 			}
-		}, func() bool { return ctx.Err() == nil })
+		}, func() bool {
+			stopped = ctx.Err() != nil
+			return !stopped
+		})
 	})
 	var workersWG sync.WaitGroup
 	for range workers {
@@ -238,6 +257,9 @@ func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Cont
 			stop(writeErr)
 		}
 	}
+	// The reader's variables are safe to read: results is closed after it
+	// returned.
+	sum.inputEnded = readErr == nil && !stopped
 	if readErr != nil {
 		readErr = fmt.Errorf("read URLs: %w", readErr)
 	}

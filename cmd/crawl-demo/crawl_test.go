@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -253,6 +254,43 @@ func TestCrawlInterrupted(t *testing.T) {
 	}
 	require.Positive(t, ok, "some pages were fetched before the interruption")
 	require.Positive(t, stopped, "some pages were read but not fetched")
+	require.Contains(t, got.stderr, "the rest of the input was not read")
+}
+
+// eofReader is a reader of URLs that closes eof when it reports io.EOF.
+type eofReader struct {
+	r    io.Reader
+	eof  chan struct{}
+	once sync.Once
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err == io.EOF {
+		e.once.Do(func() { close(e.eof) })
+	}
+	return n, err
+}
+
+// TestCrawlInterruptedAfterTheWholeInput: interrupted once every URL was
+// read, the crawl does not say that some of the input was not.
+func TestCrawlInterruptedAfterTheWholeInput(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-r.Context().Done() // holds every URL until the interruption
+	}))
+	defer srv.Close()
+	in := &eofReader{r: strings.NewReader(srv.URL + "/a\n" + srv.URL + "/b\n"), eof: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-in.eof
+		cancel()
+	}()
+	var stdout, stderr strings.Builder
+	code := run(ctx, []string{"-urls", "-", "-default", "100/1s"}, in, &stdout, &stderr)
+	require.Equal(t, 1, code, "stderr: %s", stderr.String())
+	require.Len(t, decodeLines(t, stdout.String()), 2)
+	require.Contains(t, stderr.String(), "interrupted after reading 2 URLs: each has its line, the whole input was read")
+	require.NotContains(t, stderr.String(), "not read")
 }
 
 func TestReadLines(t *testing.T) {
@@ -712,6 +750,77 @@ func TestABadCommandLineLeavesTheOutputFile(t *testing.T) {
 		})
 	}
 	require.Zero(t, hits.Load(), "nothing is fetched")
+}
+
+// TestAnOutputFileOnStdinIsRefused: crawl-demo -urls - -out FILE < FILE
+// is refused, as -urls FILE -out FILE is, before FILE is truncated.
+func TestAnOutputFileOnStdinIsRefused(t *testing.T) {
+	srv, hits := countingServer(t)
+	file := writeFile(t, srv.URL+"/a")
+	stdin, err := os.Open(file)
+	require.NoError(t, err)
+	defer stdin.Close()
+	var stdout, stderr strings.Builder
+	code := run(context.Background(), []string{"-urls", "-", "-out", file}, stdin, &stdout, &stderr)
+	require.Equal(t, 2, code, "stderr: %s", stderr.String())
+	require.Contains(t, stderr.String(), "-out "+file+": is the file stdin reads (-urls -), which it would overwrite")
+	kept, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, srv.URL+"/a\n", string(kept))
+	require.Zero(t, hits.Load(), "nothing is fetched")
+}
+
+// TestCrawlNeverShowsARedirectsPassword: a redirect whose Location does
+// not parse fails its URL with net/http's error, which quotes the
+// Location, and url.Parse's, which quotes the part that failed; the line
+// shows neither the password nor a part of it.
+func TestCrawlNeverShowsARedirectsPassword(t *testing.T) {
+	locations := map[string]string{ // path: Location
+		"/escape": "http://u:PwLeak1@%zz/",
+		"/slash":  "http://u:Pw/Leak2@h/",
+		"/inpw":   "http://u:Pw%zzLeak3@h/",
+		"/quote":  `http://u:Pw"Leak4@%zz/`,
+		"/space":  "http://u:Pw Leak5@h/",
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Location"] = []string{locations[r.URL.Path]}
+		w.WriteHeader(http.StatusFound)
+	}))
+	defer srv.Close()
+	var urls []string
+	for _, path := range slices.Sorted(maps.Keys(locations)) {
+		urls = append(urls, srv.URL+path)
+	}
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, urls...), "-default", "100/1s", "-retries", "0", "-v")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	for _, secret := range []string{"PwLeak1", "Leak2", "Pw/", "Leak3", "Pw%zz", "Leak4", "Leak5"} {
+		require.NotContains(t, got.stdout, secret)
+		require.NotContains(t, got.stderr, secret)
+	}
+	lines := decodeLines(t, got.stdout)
+	require.Len(t, lines, len(locations))
+	byURL := map[string]string{}
+	for _, r := range lines {
+		byURL[r.URL] = r.Error
+	}
+	require.Equal(t, `failed to parse Location header "http://u:xxxxx@%zz/": a '%' not followed by two hexadecimal digits`, byURL[srv.URL+"/escape"])
+	require.Equal(t, `failed to parse Location header "http://u:xxxxx@h/": a port that is not a number`, byURL[srv.URL+"/slash"])
+}
+
+func TestHideErrorPasswords(t *testing.T) {
+	for msg, want := range map[string]string{
+		"":                                       "",
+		"dial tcp 127.0.0.1:1: connect: refused": "dial tcp 127.0.0.1:1: connect: refused",
+		`Get "http://u:pw@h/": EOF`:              `Get "http://u:xxxxx@h/": EOF`,
+		"Get http://u:pw@h/: EOF":                "Get http://u:xxxxx@h/: EOF",
+		`a "http://u:p\"w@%zz/" b "http://v:q@h"`:  `a "http://u:xxxxx@%zz/" b "http://v:xxxxx@h"`,
+		`"http://u:p w@h/" and "u:p@h"`:            `"http://u:xxxxx@h/" and "u:p@h"`,
+		`"http://h/?next=http%3A%2F%2Fu%3Apw%40g"`: `"http://h/?next=http%3A%2F%2Fu%3Axxxxx%40g"`,
+		`unclosed "http://u:pw@h/ here`:            `unclosed "http://u:xxxxx@h/ here`,
+		"user@host:1 and http://u@h/":              "user@host:1 and http://u@h/",
+	} {
+		require.Equal(t, want, hideErrorPasswords(msg), msg)
+	}
 }
 
 // TestCrawlSaysWhenTheTargetPausesTheFleet: a 429 with Retry-After holds

@@ -80,7 +80,7 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer, log *sl
 	if site == nil {
 		siteDesc = "a site assumed to be crawl-demo -serve, which"
 	}
-	fmt.Fprintf(stdout, "crawl-demo: %d groups × %d workers fetch %d pages from %s\n", demoGroups, cfg.workers, cfg.pages, target)
+	fmt.Fprintf(stdout, "crawl-demo: %d groups × %d workers fetch %d pages from %s\n", demoGroups, cfg.workers, cfg.pages, hidePassword(target))
 	fmt.Fprintf(stdout, "  %s allows %d requests in any %v and bans a client that sends more\n", siteDesc, demoLimit, demoWindow)
 	fmt.Fprintf(stdout, "  rule %s=%s, margin %v, %s\n\n", u.Hostname(), rule, cfg.margin, store)
 
@@ -114,8 +114,8 @@ func finish(stdout, stderr io.Writer, chartPath string, rep siteReport, arrivals
 			rep.Requests, rep.Target, basis, rep.Limit, rep.Window, rep.Peak),
 		Arrivals: arrivals, Start: start, Limit: rep.Limit, Window: rep.Window,
 	}
-	if err := c.write(chartPath); err != nil {
-		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
+	if err := c.write(chartPath); err != nil { // validate found it writable: it changed since
+		fmt.Fprintf(stderr, "crawl-demo: -chart: %v\n", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "\nchart: %s (requests per %v and in any %v, against the limit)\n", chartPath, chartTick, rep.Window)

@@ -85,6 +85,22 @@ func TestDemoThatFetchesNothingFails(t *testing.T) {
 	require.Contains(t, got.stdout, "result: no ban, but 3 pages were not fetched")
 }
 
+// TestDemoNeverShowsTheTargetsPassword: a password in -target is shown as
+// xxxxx, whether the demo runs or the flag is refused.
+func TestDemoNeverShowsTheTargetsPassword(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	got := runCmd(context.Background(), t, "", "-pages", "1", "-chart", chart, "-target", "http://u:PwLeak1@127.0.0.1:1", "-retries", "0")
+	require.Equal(t, 1, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
+	require.Contains(t, got.stdout, "from http://u:xxxxx@127.0.0.1:1\n")
+
+	bad := runCmd(context.Background(), t, "", "-target", "ftp://u:PwLeak2@127.0.0.1:1")
+	require.Equal(t, 2, bad.code, "stderr: %s", bad.stderr)
+	require.Contains(t, bad.stderr, `-target "ftp://u:xxxxx@127.0.0.1:1"`)
+	for _, got := range []string{got.stdout, got.stderr, bad.stdout, bad.stderr} {
+		require.NotContains(t, got, "PwLeak")
+	}
+}
+
 func TestDemoInterrupted(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "chart.svg")
 	ctx, cancel := context.WithCancel(context.Background())

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -147,15 +148,41 @@ func fetch(ctx context.Context, c *fleetClient, rawURL string) result {
 
 // describe turns a failed request's error into its line's error: without
 // the *url.Error prefix, which repeats the URL, and interrupted when ctx
-// ended.
+// ended. A redirect's Location that does not parse is told why in words
+// that quote none of it (see badLocation).
 func describe(ctx context.Context, err error) string {
 	if ctx.Err() != nil {
 		return interrupted
 	}
 	if ue, ok := errors.AsType[*url.Error](err); ok {
-		return ue.Err.Error()
+		return badLocation(ue.Err.Error())
 	}
 	return err.Error()
+}
+
+// locationPrefix starts net/http's error for a redirect whose Location
+// does not parse: the Location follows, quoted, then url.Parse's error.
+const locationPrefix = "failed to parse Location header "
+
+// badLocation returns msg, net/http's error for a redirect whose Location
+// does not parse, with url.Parse's reason, which quotes the part that
+// failed (a bad escape, or the "port" of a password with a '/'), said as
+// secret.URLError says it; any other msg as it is. The Location itself is
+// left quoted in full: lineWriter.write hides its password.
+func badLocation(msg string) string {
+	rest, ok := strings.CutPrefix(msg, locationPrefix)
+	if !ok {
+		return msg
+	}
+	q, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return msg
+	}
+	loc, _ := strconv.Unquote(q) // QuotedPrefix's answer unquotes
+	if _, err := url.Parse(loc); err != nil {
+		return locationPrefix + q + ": " + secret.URLError(err)
+	}
+	return msg
 }
 
 // checkURL reports why s is not an absolute http or https URL with a host,

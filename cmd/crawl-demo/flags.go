@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -47,6 +48,11 @@ const maxStoreTimeout = time.Minute
 // and a connection per host up to that many; fifty million of them took 2.6
 // GB for a file of one URL.
 const maxWorkers = 10000
+
+// maxRetries bounds -retries: a URL's attempts, retries+1, must fit an int,
+// and past a hundred a URL that keeps failing would hold a worker for
+// hours.
+const maxRetries = 100
 
 // Defaults of the flags.
 const (
@@ -121,7 +127,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&cfg.rules, "rule", "limit for the targets matching PATTERN (a host, an IP or *.domain): `PATTERN=N/DURATION[,gap=DURATION]`, e.g. example.com=10/1s or *.example.org=100/1m,gap=200ms (repeatable)")
 	fs.Var(&cfg.def, "default", "limit for the targets no -rule matches: `N/DURATION[,gap=DURATION]`")
 	fs.IntVar(&cfg.workers, "workers", defaultWorkers, "concurrent fetches, from 1 to 10000 (the demo: per group, and 4 unless set)")
-	fs.IntVar(&cfg.retries, "retries", defaultRetries, "retries after the first attempt of a URL (0: none)")
+	fs.IntVar(&cfg.retries, "retries", defaultRetries, "retries after the first attempt of a URL, from 0 (none) to 100")
 	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to every rule's window (at least 20ms)")
 	fs.Var(&cfg.keyMode, "key", "what shares one quota: `host|domain|ip` (default host)")
 	fs.Var(&cfg.policy, "on-store-error", "what to do when the store fails: keep this process's share of each limit, drop the limits, or wait for the store: `local|open|closed` (default local)")
@@ -163,6 +169,8 @@ func (c *config) validate(fs *flag.FlagSet) error {
 		return usagef("-workers %d: must be at most %d", c.workers, maxWorkers)
 	case c.retries < 0:
 		return usagef("-retries %d: must not be negative", c.retries)
+	case c.retries > maxRetries:
+		return usagef("-retries %d: must be at most %d", c.retries, maxRetries)
 	case c.margin < minMargin:
 		return usagef("-margin %v: must be at least %v: a request may be sent up to half the margin after its slot and needs the other half to reach the target, so with less the target can see more than a rule allows in a window", c.margin, minMargin)
 	case c.margin > throttle.MaxWindow:
@@ -217,10 +225,33 @@ func (c *config) validate(fs *flag.FlagSet) error {
 	}
 	if c.target != "" {
 		if _, err := checkURL(c.target); err != nil {
-			return usagef("-target %q: %v", c.target, err)
+			return usagef("-target %q: %v", hidePassword(c.target), err)
+		}
+	}
+	if c.urls == "" {
+		if err := checkWritable(c.chart); err != nil {
+			return usagef("-chart: %v", err)
 		}
 	}
 	return nil
+}
+
+// checkWritable reports why the file at path cannot be written, without
+// changing it: an existing file is opened for writing but not truncated,
+// and a file that did not exist is created and removed again.
+func checkWritable(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
+	if err == nil {
+		f.Close()
+		return os.Remove(path)
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	if f, err = os.OpenFile(path, os.O_WRONLY, 0); err != nil { // a directory fails here
+		return err
+	}
+	return f.Close()
 }
 
 // rules returns the throttle rules of the command line: -default for every

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +64,9 @@ func TestBadCommandLines(t *testing.T) {
 		{"bad target", []string{"-target", "localhost:8080"}, []string{`"localhost:8080"`}},
 		{"serve with target", []string{"-serve", "127.0.0.1:0", "-target", "http://127.0.0.1:1/"}, []string{"-target"}},
 		{"output over input", crawl("-out", urls), []string{urls, "overwrite"}},
+		{"retries that overflow the attempts", crawl("-retries", "9223372036854775807"), []string{"-retries 9223372036854775807", "at most 100"}},
+		{"chart in a missing directory", []string{"-pages", "1", "-chart", "/nonexistent/c.svg"}, []string{"-chart: ", "/nonexistent/c.svg", "no such file"}},
+		{"chart that is a directory", []string{"-pages", "1", "-chart", t.TempDir()}, []string{"-chart: ", "is a directory"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -224,4 +230,28 @@ func TestHelp(t *testing.T) {
 		require.Regexp(t, "\n  "+flag+"[ \t\n]", got.stderr, "help for %s", flag)
 	}
 	require.True(t, strings.HasPrefix(got.stderr, "Usage:"))
+}
+
+// TestChartIsCheckedAtStart: a -chart that cannot be written stops the
+// demo and -serve before they start; checking one that can changes
+// nothing on disk.
+func TestChartIsCheckedAtStart(t *testing.T) {
+	_, err := parseFlags([]string{"-serve", "127.0.0.1:0", "-chart", t.TempDir()}, io.Discard)
+	var ue *usageError
+	require.ErrorAs(t, err, &ue)
+	require.ErrorContains(t, err, "-chart: ")
+
+	dir := t.TempDir()
+	fresh := filepath.Join(dir, "new.svg")
+	_, err = parseFlags([]string{"-chart", fresh}, io.Discard)
+	require.NoError(t, err)
+	require.NoFileExists(t, fresh, "the check leaves no file behind")
+
+	old := filepath.Join(dir, "old.svg")
+	require.NoError(t, os.WriteFile(old, []byte("<svg/>"), 0o644))
+	_, err = parseFlags([]string{"-chart", old}, io.Discard)
+	require.NoError(t, err)
+	kept, err := os.ReadFile(old)
+	require.NoError(t, err)
+	require.Equal(t, "<svg/>", string(kept), "the check does not truncate")
 }

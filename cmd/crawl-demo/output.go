@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -36,14 +37,15 @@ func newLineWriter(w io.Writer) *lineWriter {
 }
 
 // write writes r as one line, with the password of its URL, if any, and
-// of any copy of the URL in its error, shown as "xxxxx", even when the URL
-// does not parse, and bytes that are not UTF-8 percent-encoded.
+// of every URL in its error (a copy of the URL, or a redirect's Location
+// that net/http quotes) shown as "xxxxx", even when the URL does not parse,
+// and bytes that are not UTF-8 percent-encoded.
 func (lw *lineWriter) write(r result) error {
 	if safe := escapeInvalid(hidePassword(r.URL)); safe != r.URL {
 		r.Error = strings.ReplaceAll(r.Error, r.URL, safe)
 		r.URL = safe
 	}
-	r.Error = escapeInvalid(r.Error)
+	r.Error = escapeInvalid(hideErrorPasswords(r.Error))
 	if err := lw.enc.Encode(r); err != nil {
 		return fmt.Errorf("write result for %q: %w", r.URL, err)
 	}
@@ -111,6 +113,54 @@ func writeTable(w io.Writer, reports []siteReport) error {
 // hide more than one, never less.
 func hidePassword(raw string) string {
 	return hideEncodedPasswords(hideNestedPasswords(hideUserPassword(raw)))
+}
+
+// hideErrorPasswords returns the error text msg with every URL in it
+// passed through hidePassword: each Go-quoted string that holds one (%q
+// and url.Error quote a URL so), whatever characters its password has,
+// and each word, between white space and quotes, that holds one.
+func hideErrorPasswords(msg string) string {
+	if !hasURL(msg) {
+		return msg
+	}
+	var b strings.Builder
+	for len(msg) > 0 {
+		if msg[0] == '"' {
+			if q, err := strconv.QuotedPrefix(msg); err == nil {
+				msg = msg[len(q):]
+				if s, _ := strconv.Unquote(q); hasURL(s) { // QuotedPrefix's answer unquotes
+					if safe := hidePassword(s); safe != s {
+						q = strconv.Quote(safe)
+					}
+				}
+				b.WriteString(q)
+				continue
+			}
+		}
+		const sep = " \t\r\n\""
+		if strings.IndexByte(sep, msg[0]) >= 0 {
+			b.WriteByte(msg[0])
+			msg = msg[1:]
+			continue
+		}
+		end := strings.IndexAny(msg, sep)
+		if end < 0 {
+			end = len(msg)
+		}
+		if word := msg[:end]; hasURL(word) {
+			b.WriteString(hidePassword(word))
+		} else {
+			b.WriteString(word)
+		}
+		msg = msg[end:]
+	}
+	return b.String()
+}
+
+// hasURL reports whether s may hold a URL: "://", or "%3A%2F%2F" in any
+// case.
+func hasURL(s string) bool {
+	return strings.Contains(s, "://") || strings.Contains(asciiLower(s), "%3a%2f%2f")
 }
 
 // hideEncodedPasswords shows as "xxxxx" the password of every URL inside s

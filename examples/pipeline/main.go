@@ -45,9 +45,14 @@
 // Exit status: 0 when every record was enriched and written; 1 when some
 // were rejected, when the run was interrupted, or when the output could
 // not be written; 2 for a bad command line or configuration (a bad flag
-// value, an input that cannot be read or has no country_code column, a
-// bad REDIS_URL or a Redis that does not answer), reported before any API
-// call. Run it with -h for the flags.
+// value, an input that cannot be read or has no country_code column, an
+// -out or -rejects file that cannot be created, a bad REDIS_URL or a Redis
+// that does not answer), reported before any API call. Run it with -h for
+// the flags.
+//
+// -out and -rejects are written under a temporary name beside them and
+// renamed into place once complete: a run that fails or is interrupted
+// leaves an earlier file as it was.
 //
 // The -rejects file has the input's columns and three more:
 // rejected_line (the input line the record starts on), rejected_reason,
@@ -137,8 +142,9 @@ Exit status: 0 when every record was enriched and written; 1 when some
 were rejected (each is reported, and every other record is still
 written), when the run was interrupted, or when the output could not be
 written; 2 for a bad command line or configuration (a bad flag value, an
-input that cannot be read or has no country_code column, a bad REDIS_URL
-or a Redis that does not answer), reported before any API call.
+input that cannot be read or has no country_code column, an -out or
+-rejects file that cannot be created, a bad REDIS_URL or a Redis that
+does not answer), reported before any API call.
 
 Flags:
 `
@@ -181,7 +187,8 @@ func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.
 		fmt.Fprintf(stderr, "pipeline: %v\nRun pipeline -h for the flags.\n", err)
 		return 2
 	}
-	fmt.Fprintf(stderr, "pipeline: %v\n", err)
+	// One error per line: a file that could not be written, the rejects.
+	fmt.Fprintf(stderr, "pipeline: %s\n", strings.ReplaceAll(err.Error(), "\n", "\npipeline: "))
 	return 1
 }
 
@@ -199,9 +206,12 @@ func badConfig(format string, a ...any) error {
 
 // run reads cfg.in, enriches every record through the quota, writes the
 // enriched records to cfg.out and the rejected ones to cfg.rejects, and
-// prints a summary on stderr. A bad configuration or an unreadable input
-// is a *configError, and ctx ending an error, before anything is written;
-// rejected records make an error after everything is written.
+// prints a summary on stderr. A bad configuration, an unreadable input or
+// an output file that cannot be created is a *configError, and ctx ending
+// an error, before anything is written. Otherwise every reject is reported
+// on stderr and the summary printed, whether or not the files could be
+// written; each file that could not and the rejected records make errors,
+// joined.
 func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	start := time.Now()
 	rule, err := throttle.ParseRule(cfg.rule)
@@ -223,6 +233,9 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if cfg.margin < throttle.MinMargin {
 		return badConfig("-margin %v: want at least %v", cfg.margin, throttle.MinMargin)
 	}
+	if cfg.margin > throttle.MaxWindow {
+		return badConfig("-margin %v: want at most 366 days", cfg.margin)
+	}
 	if cfg.timeout <= 0 {
 		return badConfig("-api-timeout %v: want more than 0", cfg.timeout)
 	}
@@ -232,6 +245,20 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	in, err := readInput(cfg.in)
 	if err != nil {
 		return badConfig("-in: %w", err)
+	}
+	// Found now, a file that cannot be written costs no API call; written
+	// at the end, it replaces an earlier one only when complete.
+	out, err := openOutput("-out", cfg.out)
+	if err != nil {
+		return &configError{err}
+	}
+	defer out.discard()
+	var rej *output // nil: rejects are only reported
+	if cfg.rejects != "" {
+		if rej, err = openOutput("-rejects", cfg.rejects); err != nil {
+			return &configError{err}
+		}
+		defer rej.discard()
 	}
 
 	api := strings.TrimSuffix(cfg.api, "/")
@@ -284,16 +311,19 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	}
 	rejects = append(rejects, in.rejects...)
 	slices.SortStableFunc(rejects, func(a, b reject) int { return cmp.Compare(a.line, b.line) })
-	if err := writeCSV(cfg.out, stdout, append(slices.Clip(in.header), enrichedColumns...), records); err != nil {
-		return err
+	// A file that cannot be written does not stop the other, nor the report
+	// of every reject and the summary below.
+	var errs []error
+	if err := out.commit(stdout, append(slices.Clip(in.header), enrichedColumns...), records); err != nil {
+		errs = append(errs, err)
 	}
-	if cfg.rejects != "" {
+	if rej != nil {
 		rows := make([][]string, len(rejects))
 		for i, r := range rejects {
 			rows[i] = r.row(len(in.header))
 		}
-		if err := writeCSV(cfg.rejects, stdout, append(slices.Clip(in.header), rejectColumns...), rows); err != nil {
-			return fmt.Errorf("-rejects: %w", err)
+		if err := rej.commit(stdout, append(slices.Clip(in.header), rejectColumns...), rows); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, r := range rejects {
@@ -312,7 +342,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 			fakeAPILimit, fakeAPIWindow, st.Requests, st.Peak, st.TooMany)
 	}
 	if len(rejects) > 0 {
-		return fmt.Errorf("%d of %d records rejected, each reported above", len(rejects), total)
+		errs = append(errs, fmt.Errorf("%d of %d records rejected, each reported above", len(rejects), total))
 	}
-	return nil
+	return errors.Join(errs...)
 }

@@ -330,24 +330,7 @@ func enrich(ctx context.Context, in *input, e *enricher, workers int) ([][]strin
 	return good, rejects, nil
 }
 
-// writeCSV writes header and records as CSV to the file at path, or to
-// stdout when path is "" or "-". run calls it only once every record has
-// been decided, so a run stopped early leaves an earlier file as it was.
-func writeCSV(path string, stdout io.Writer, header []string, records [][]string) error {
-	if path == "" || path == "-" {
-		return writeRecords(stdout, header, records)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := writeRecords(f, header, records); err != nil {
-		f.Close()
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return f.Close()
-}
-
+// writeRecords writes header and records to w as CSV.
 func writeRecords(w io.Writer, header []string, records [][]string) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(header); err != nil {

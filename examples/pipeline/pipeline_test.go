@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,6 +116,7 @@ func TestRunErrors(t *testing.T) {
 		{"no workers", func(c *config) { c.workers = 0 }, "-workers 0: want at least 1"},
 		{"no margin", func(c *config) { c.margin = 0 }, "-margin 0s: want at least 20ms"},
 		{"a margin below MinMargin", func(c *config) { c.margin = 15 * time.Millisecond }, "-margin 15ms: want at least 20ms"},
+		{"a margin past 366 days", func(c *config) { c.margin = math.MaxInt64 }, "-margin 2562047h47m16.854775807s: want at most 366 days"},
 		{"no API timeout", func(c *config) { c.timeout = 0 }, "-api-timeout 0s: want more than 0"},
 		{"negative API timeout", func(c *config) { c.timeout = -time.Second }, "-api-timeout -1s: want more than 0"},
 		{"missing input", func(c *config) { c.in = filepath.Join(dir, "missing.csv") }, "missing.csv: no such file"},

@@ -183,6 +183,10 @@ func TestNormalize(t *testing.T) {
 		{"My_Host.example.com", "my_host.example.com"}, // in DNS, and net/http fetches it
 		{"_dmarc.example.com", "_dmarc.example.com"},
 		{"bü_cher.example", "xn--b_cher-3ya.example"},
+		// "--" as a label's third and fourth characters: in DNS (a video
+		// CDN's hosts), and net/http fetches them.
+		{"r4---sn-4g5ednsl.googlevideo.com", "r4---sn-4g5ednsl.googlevideo.com"},
+		{"AB--cd.example.com", "ab--cd.example.com"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -193,7 +197,8 @@ func TestNormalize(t *testing.T) {
 	}
 	for _, bad := range []string{"", "  ", "[::1", "exa mple.com", "a..b", "http://x.com/",
 		"example.123", "1.2.3.4.5", "256.1.1.1", "1.2.3.256", "4294967296", "09.1", "1..2",
-		"a!b.example", "a=b.example", "a@b.example", "a,b.example", "a$b.example", "-a.example", "a-.example", "ｅｘａｍｐｌｅ.１２３"} {
+		"a!b.example", "a=b.example", "a@b.example", "a,b.example", "a$b.example", "-a.example", "a-.example", "ｅｘａｍｐｌｅ.１２３",
+		"xn--ab.example", "xn--.example"} { // punycode that does not decode
 		t.Run("bad "+bad, func(t *testing.T) {
 			_, err := Normalize(bad)
 			require.ErrorIs(t, err, ErrBadTarget)

@@ -143,9 +143,13 @@ func asIP(host, h string) (string, bool, error) {
 }
 
 // hostIDNA is idna.Lookup without its STD3 rules, which refuse '_': names
-// such as "my_host.example.com" are in DNS, and net/http fetches them.
-// validHostname then admits letters, digits, '-' and '_' alone.
-var hostIDNA = idna.New(idna.MapForLookup(), idna.BidiRule(), idna.StrictDomainName(false))
+// such as "my_host.example.com" are in DNS, and net/http fetches them;
+// and without its hyphen check, which refuses "--" as a label's third and
+// fourth characters: "r4---sn-4g5ednsl.googlevideo.com" is in DNS too
+// (validHostname still refuses a label that starts or ends with '-', and
+// a bad "xn--" label still fails to decode). validHostname then admits
+// letters, digits, '-' and '_' alone.
+var hostIDNA = idna.New(idna.MapForLookup(), idna.BidiRule(), idna.StrictDomainName(false), idna.CheckHyphens(false))
 
 // endsInANumber reports whether h's last label is a number, decimal or
 // 0x-hexadecimal: h is then an IPv4 address or nothing (WHATWG URL, "ends

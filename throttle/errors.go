@@ -34,10 +34,18 @@ var (
 // context.Canceled and context.DeadlineExceeded, and the cause when the
 // context was cancelled with one.
 func waitError(ctx context.Context, target string) error {
-	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
-		return fmt.Errorf("throttle: wait for %q: %w: %w", target, ctx.Err(), cause)
+	return fmt.Errorf("throttle: wait for %q: %w", target, ctxError(ctx))
+}
+
+// ctxError returns why ctx ended: its Err, which callers match
+// (context.Canceled, context.DeadlineExceeded), and its cause too when it
+// was given one.
+func ctxError(ctx context.Context) error {
+	err := ctx.Err()
+	if cause := context.Cause(ctx); cause != nil && cause != err {
+		return fmt.Errorf("%w: %w", err, cause)
 	}
-	return fmt.Errorf("throttle: wait for %q: %w", target, ctx.Err())
+	return err
 }
 
 func deadlineError(target string, delay time.Duration) error {

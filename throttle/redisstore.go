@@ -573,7 +573,7 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 		})
 		s.reserve([]*reserveCall{c})
 	} else if !s.calls.do(ctx, c, s.reserve, failCalls) {
-		return State{}, fmt.Errorf("redis store: reserve %q: %w", target, context.Cause(ctx))
+		return State{}, fmt.Errorf("redis store: reserve %q: %w", target, ctxError(ctx))
 	}
 	if c.err != nil {
 		return State{}, c.err
@@ -648,7 +648,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 	var latest time.Time
 	for i, c := range calls {
 		if err := c.ctx.Err(); err != nil {
-			c.err = fmt.Errorf("redis store: reserve %q: %w", c.target, context.Cause(c.ctx))
+			c.err = fmt.Errorf("redis store: reserve %q: %w", c.target, ctxError(c.ctx))
 			if !copied {
 				send, copied = slices.Clone(calls[:i]), true
 			}

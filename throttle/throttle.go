@@ -350,9 +350,11 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 			// In memory a decision takes a lock for a few hundred
 			// nanoseconds: nothing to batch, it cannot fail, and its clock
 			// gives each slot exactly.
+			// The slot is put on this Throttler's clock, which a store
+			// with a clock of its own (WithMemoryClock) need not share.
 			var g [1]Grant
-			_, now := ms.reserve(tg.name, tg.lim, []Request{w.req}, g[:])
-			w.grant, w.at = g[0], now.Add(g[0].Delay)
+			ms.reserve(tg.name, tg.lim, []Request{w.req}, g[:])
+			w.grant, w.at = g[0], t.cfg.now().Add(g[0].Delay)
 		} else {
 			if err := t.submit(ctx, tg, w); err != nil {
 				return nil, err
@@ -631,18 +633,21 @@ const PauseRecheck = 250 * time.Millisecond
 // sleepThroughPause is sleep for a waiter of tg: while a pause this
 // process knows of lasts, one waiter of the target checks the store's
 // pause every PauseRecheck.
+//
+// It ends d after it began, however long the checks take: the sleeps run
+// on the wall clock, and so does the end.
 func (t *Throttler) sleepThroughPause(ctx context.Context, tg *target, d time.Duration) error {
-	for d > PauseRecheck && tg.pauseLeft(t.cfg.now()) > PauseRecheck {
+	end := time.Now().Add(d)
+	for left := d; left > PauseRecheck && tg.pauseLeft(t.cfg.now()) > PauseRecheck; left = time.Until(end) {
 		if err := t.sleep(ctx, PauseRecheck); err != nil {
 			return err
 		}
-		d -= PauseRecheck
 		now := t.cfg.now().UnixNano()
 		if last := tg.pauseChecked.Load(); now-last >= int64(PauseRecheck) && tg.pauseChecked.CompareAndSwap(last, now) {
 			_, _ = t.Pause(ctx, tg.name, 0) // writes the pause back if the store lost it
 		}
 	}
-	return t.sleep(ctx, d)
+	return t.sleep(ctx, time.Until(end))
 }
 
 // sleepError is the error of a wait whose sleep ended early: Close's, or
@@ -654,11 +659,12 @@ func (t *Throttler) sleepError(ctx context.Context, target string) error {
 	return waitError(ctx, target)
 }
 
-// sleepUntil sleeps d, or returns ctx's cause or ErrClosed as soon as ctx
-// ends or closed is closed (a nil closed never is).
+// sleepUntil sleeps d, or returns ctx's error (with its cause, see
+// ctxError) or ErrClosed as soon as ctx ends or closed is closed (a nil
+// closed never is).
 func sleepUntil(ctx context.Context, closed <-chan struct{}, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return context.Cause(ctx)
+	if ctx.Err() != nil {
+		return ctxError(ctx)
 	}
 	select {
 	case <-closed:
@@ -674,7 +680,7 @@ func sleepUntil(ctx context.Context, closed <-chan struct{}, d time.Duration) er
 	case <-timer.C:
 		return nil
 	case <-ctx.Done():
-		return context.Cause(ctx)
+		return ctxError(ctx)
 	case <-closed:
 		return ErrClosed
 	}

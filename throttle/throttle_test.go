@@ -370,6 +370,15 @@ func TestFailurePolicies(t *testing.T) {
 			require.ErrorIs(t, err, ErrStoreUnavailable)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 
+			// Cancelled with a cause: both match.
+			errShutdown := errors.New("shutting down")
+			cctx, ccancel := context.WithCancelCause(context.Background())
+			time.AfterFunc(500*time.Millisecond, func() { ccancel(errShutdown) })
+			err = tr.Wait(cctx, "example.com")
+			require.ErrorIs(t, err, ErrStoreUnavailable)
+			require.ErrorIs(t, err, context.Canceled)
+			require.ErrorIs(t, err, errShutdown)
+
 			go func() {
 				time.Sleep(500 * time.Millisecond)
 				store.fail.Store(false)
@@ -623,6 +632,74 @@ func TestAPanickingStoreDoesNotWedgeTheTarget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	require.NoError(t, tr.Wait(ctx, "example.com"), "the next waiter is served")
+}
+
+// TestAMemoryStoreWithItsOwnClock: a MemoryStore passed with WithStore may
+// run on a clock of its own (WithMemoryClock); its slots are put on the
+// Throttler's clock by their delays, so waits are neither early (two in a
+// window of one) nor late (an hour, for a store clock an hour ahead).
+func TestAMemoryStoreWithItsOwnClock(t *testing.T) {
+	rules, err := ParseRules("*=1/1s")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		name  string
+		clock func(t0 time.Time) func() time.Time
+	}{
+		{"from the epoch", func(t0 time.Time) func() time.Time {
+			return func() time.Time { return time.UnixMicro(0).Add(time.Since(t0)) }
+		}},
+		{"an hour ahead", func(time.Time) func() time.Time {
+			return func() time.Time { return time.Now().Add(time.Hour) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ms := NewMemoryStore(WithMemoryClock(tc.clock(time.Now())))
+				defer ms.Close()
+				tr, err := New(rules, WithStore(ms))
+				require.NoError(t, err)
+				defer tr.Close()
+				start := time.Now()
+				var at []time.Duration
+				for range 3 {
+					require.NoError(t, tr.Wait(context.Background(), "example.com"))
+					at = append(at, time.Since(start))
+				}
+				w := time.Second + DefaultMargin
+				require.Equal(t, []time.Duration{0, w, 2 * w}, at, "admissions a window and the margin apart")
+			})
+		})
+	}
+}
+
+// TestAWaitThroughAPauseEndsWithIt: a waiter that sleeps through a pause,
+// checking the store's pause every PauseRecheck, wakes as it ends however
+// long those checks take.
+func TestAWaitThroughAPauseEndsWithIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rules, err := ParseRules("*=10/1s")
+		require.NoError(t, err)
+		store := slowPauseStore{NewMemoryStore()}
+		defer store.Close()
+		tr, err := New(rules, WithStore(store), WithStoreTimeout(time.Second))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+		_, err = tr.Pause(ctx, "example.com", time.Minute)
+		require.NoError(t, err)
+		start := time.Now()
+		require.NoError(t, tr.Wait(ctx, "example.com"))
+		require.Equal(t, time.Minute, time.Since(start), "woke as the pause ended, after 240 checks of 5ms")
+	})
+}
+
+// slowPauseStore is a MemoryStore whose Pause takes 5ms, as a store a round
+// trip away does.
+type slowPauseStore struct{ *MemoryStore }
+
+func (s slowPauseStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
+	time.Sleep(5 * time.Millisecond)
+	return s.MemoryStore.Pause(ctx, target, d)
 }
 
 // TestSleepCtxEndsWithItsContext: an ended context ends a sleep at once,

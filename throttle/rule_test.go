@@ -159,6 +159,8 @@ func TestNormalize(t *testing.T) {
 		{"example.com:8080", "example.com"},
 		{"example.com.", "example.com"},
 		{"[2001:DB8::1]:443", "2001:db8::1"},
+		{"[2001:db8::1]", "2001:db8::1"},
+		{"[2001:db8::1]:", "2001:db8::1"}, // an empty port, as "example.com:"
 		{"2001:db8:0:0::1", "2001:db8::1"},
 		{"127.0.0.1:80", "127.0.0.1"},
 		{"[::ffff:127.0.0.1]:80", "127.0.0.1"}, // IPv4-mapped: the same host
@@ -198,7 +200,8 @@ func TestNormalize(t *testing.T) {
 	for _, bad := range []string{"", "  ", "[::1", "exa mple.com", "a..b", "http://x.com/",
 		"example.123", "1.2.3.4.5", "256.1.1.1", "1.2.3.256", "4294967296", "09.1", "1..2",
 		"a!b.example", "a=b.example", "a@b.example", "a,b.example", "a$b.example", "-a.example", "a-.example", "ｅｘａｍｐｌｅ.１２３",
-		"xn--ab.example", "xn--.example"} { // punycode that does not decode
+		"xn--ab.example", "xn--.example", // punycode that does not decode
+		"[::1]x", "[::1]:99999", "[::1]:x", "[example.com]", "[example.com]:80", "[1.2.3.4]", "[]"} {
 		t.Run("bad "+bad, func(t *testing.T) {
 			_, err := Normalize(bad)
 			require.ErrorIs(t, err, ErrBadTarget)

@@ -83,12 +83,21 @@ func normalizeHost(host string) (string, error) {
 	if h == "" {
 		return "", fmt.Errorf("%w: empty host", ErrBadTarget)
 	}
-	if strings.HasPrefix(h, "[") { // [v6] or [v6]:port
+	if strings.HasPrefix(h, "[") { // [v6] or [v6]:port, and nothing else
 		end := strings.IndexByte(h, ']')
 		if end < 0 {
 			return "", fmt.Errorf("%w %q: unclosed '['", ErrBadTarget, trunc(host))
 		}
+		if rest := h[end+1:]; rest != "" {
+			port, ok := strings.CutPrefix(rest, ":")
+			if _, err := strconv.ParseUint(port, 10, 16); !ok || err != nil && port != "" {
+				return "", fmt.Errorf("%w %q: bad port", ErrBadTarget, trunc(host))
+			}
+		}
 		h = h[1:end]
+		if a, err := netip.ParseAddr(h); err != nil || !a.Is6() {
+			return "", fmt.Errorf("%w %q: brackets hold no IPv6 address", ErrBadTarget, trunc(host))
+		}
 	} else if hh, port, err := net.SplitHostPort(h); err == nil {
 		if _, err := strconv.ParseUint(port, 10, 16); err != nil && port != "" {
 			return "", fmt.Errorf("%w %q: bad port", ErrBadTarget, trunc(host))

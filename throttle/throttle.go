@@ -463,7 +463,7 @@ func (t *Throttler) lostPause(tg *target, w *waiter) time.Duration {
 		return 0
 	}
 	now := t.cfg.now()
-	paused := tg.pauseLeft(now)
+	paused := t.knownPause(tg, now)
 	// The store's slots after a pause it kept fall at its end, give or take
 	// the error of the local clock's reading of the store's: the margin.
 	if paused <= 0 || !w.at.Before(now.Add(paused-max(t.cfg.margin, MinStale))) {
@@ -476,6 +476,13 @@ func (t *Throttler) lostPause(tg *target, w *waiter) time.Duration {
 	}
 	_, _ = t.store.Pause(ctx, tg.name, paused)
 	return paused
+}
+
+// knownPause returns what is left at now of the pause of tg this process
+// knows of, at most the maximum pause: it is kept on the wall clock, which
+// may have been set back since.
+func (t *Throttler) knownPause(tg *target, now time.Time) time.Duration {
+	return min(tg.pauseLeft(now), t.cfg.maxPause)
 }
 
 // allowMemory decides on the memory store, which cannot fail: no timeout,
@@ -512,6 +519,7 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 	d = min(max(d, 0), t.cfg.maxPause)
 	now := t.cfg.now()
 	left, _ := t.local.Pause(ctx, tg.name, d)
+	left = min(left, t.cfg.maxPause) // kept on the wall clock, which may have been set back
 	tg.pauseUntil(now.Add(left))
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
 	defer cancel()
@@ -527,7 +535,7 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 	if err != nil {
 		return left, fmt.Errorf("throttle: pause %q: %w", tg.name, err)
 	}
-	if known := tg.pauseLeft(t.cfg.now()); known > fleet+max(t.cfg.margin, MinStale) {
+	if known := t.knownPause(tg, t.cfg.now()); known > fleet+max(t.cfg.margin, MinStale) {
 		// The store lost a pause this process knows of (Redis restarted
 		// empty): tell it again, for the processes that never heard of it.
 		if again, err := t.store.Pause(sctx, tg.name, known); err == nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -691,6 +692,53 @@ func TestAWaitThroughAPauseEndsWithIt(t *testing.T) {
 		require.NoError(t, tr.Wait(ctx, "example.com"))
 		require.Equal(t, time.Minute, time.Since(start), "woke as the pause ended, after 240 checks of 5ms")
 	})
+}
+
+// TestAPauseKnownLocallyIsCappedWhenTheClockGoesBack: the pause a process
+// knows of is kept on its wall clock; set back an hour, the clock would
+// make a minute's pause look an hour and a minute long. What it writes
+// back to a store that lost the pause is capped at the maximum pause.
+func TestAPauseKnownLocallyIsCappedWhenTheClockGoesBack(t *testing.T) {
+	rules, err := ParseRules("*=10/1s")
+	require.NoError(t, err)
+	store := &pauseRecorder{MemoryStore: NewMemoryStore()}
+	defer store.Close()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	tr, err := New(rules, WithStore(store), WithMaxPause(5*time.Minute), withClock(now))
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx := context.Background()
+	_, err = tr.Pause(ctx, "example.com", time.Minute)
+	require.NoError(t, err)
+	clock.Add(int64(-time.Hour))
+	left, err := tr.Paused(ctx, "example.com")
+	require.NoError(t, err)
+	require.LessOrEqual(t, left, 5*time.Minute)
+	for _, d := range store.pauses() {
+		require.LessOrEqual(t, d, 5*time.Minute, "a pause written to the store")
+	}
+}
+
+// pauseRecorder is a MemoryStore that records the pauses set on it.
+type pauseRecorder struct {
+	*MemoryStore
+	mu  sync.Mutex
+	set []time.Duration
+}
+
+func (s *pauseRecorder) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
+	s.mu.Lock()
+	s.set = append(s.set, d)
+	s.mu.Unlock()
+	return s.MemoryStore.Pause(ctx, target, d)
+}
+
+func (s *pauseRecorder) pauses() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.set)
 }
 
 // slowPauseStore is a MemoryStore whose Pause takes 5ms, as a store a round

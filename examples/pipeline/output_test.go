@@ -49,12 +49,7 @@ func TestAnOutputThatCannotBeCreatedCostsNoCall(t *testing.T) {
 			require.Contains(t, stderr.String(), tc.stderr)
 			require.Zero(t, api.Site.Stats().Requests, "API calls")
 			require.Empty(t, stdout.String())
-			kept, err := os.ReadFile(out)
-			require.NoError(t, err)
-			require.Equal(t, "an earlier run's output\n", string(kept))
-			entries, err := os.ReadDir(dir)
-			require.NoError(t, err)
-			require.Len(t, entries, 1, "only the earlier output: %v", entries)
+			requireOnlyEarlierOutput(t, dir, out)
 		})
 	}
 }
@@ -107,16 +102,23 @@ func TestAnInterruptedRunLeavesTheEarlierOutput(t *testing.T) {
 	var stderr lockedBuffer
 	code := cli(ctx, []string{"-api", api.URL, "-rule", "100/1s", "-in", in, "-out", out}, "", io.Discard, &stderr)
 	require.Equal(t, 1, code, stderr.String())
-	kept, err := os.ReadFile(out)
-	require.NoError(t, err)
-	require.Equal(t, "an earlier run's output\n", string(kept))
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	require.Len(t, entries, 1, "no temporary file is left: %v", entries)
+	requireOnlyEarlierOutput(t, dir, out)
 
 	require.Equal(t, 0, cli(t.Context(), []string{"-api", api.URL, "-rule", "100/1s", "-in", in, "-out", out}, "", io.Discard, &stderr), stderr.String())
 	require.Len(t, readCSV(t, out), 4, "replaced: the header and 3 records")
 	info, err := os.Stat(out)
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o600), info.Mode().Perm(), "the earlier file's permissions")
+}
+
+// requireOnlyEarlierOutput fails the test unless dir holds out alone, as an
+// earlier run wrote it: no temporary file is left beside it.
+func requireOnlyEarlierOutput(t *testing.T, dir, out string) {
+	t.Helper()
+	kept, err := os.ReadFile(out)
+	require.NoError(t, err)
+	require.Equal(t, "an earlier run's output\n", string(kept))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the earlier output, no temporary file: %v", entries)
 }

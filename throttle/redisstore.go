@@ -937,11 +937,11 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 			args = append(args, m+"."+strconv.Itoa(j))
 		}
 	}
-	vals, err := s.run(ctx, target, 3, args)
-	if err == nil {
-		// The log as it is now: emptied by this cancel, it was not lost.
-		rt.seen.Store(vals[2])
-	}
+	// The slot this process saw last stays as it was: the script keeps the
+	// latest slot a cancel removed in meta, so a log this cancel emptied is
+	// not taken for lost; and a log Redis lost the latest entries of must
+	// still be noticed as lost after a cancel of an entry it kept.
+	_, err := s.run(ctx, target, 3, args)
 	return err
 }
 

@@ -268,6 +268,32 @@ func TestStoreErrorsNeverShowThePassword(t *testing.T) {
 	}
 }
 
+// TestStoreErrorsNeverShowASentinelsPassword: the Sentinel's password is
+// not in the options of the client NewFailoverClient makes, so the store
+// cannot know it; a Sentinel (or a proxy in front of one) that does not
+// know AUTH quotes it all the same, and the store's errors cut that echo
+// whatever the passwords they know.
+func TestStoreErrorsNeverShowASentinelsPassword(t *testing.T) {
+	const password = "S3ntinel-S3cret"
+	srv := redistest.StartServer(t, "--rename-command", "AUTH", "", "--rename-command", "HELLO", "")
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: "fleet", SentinelAddrs: []string{srv.Addr}, SentinelPassword: password,
+		ContextTimeoutEnabled: true, MaxRetries: -1,
+	})
+	t.Cleanup(func() { client.Close() })
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = s.Reserve(ctx, "example.com", Limit{Limit: 10, Window: time.Second}, []Request{{ID: 1, N: 1}}, make([]Grant, 1))
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "with args beginning with: ***", "the Sentinel quoted the AUTH")
+	require.NotContains(t, err.Error(), password)
+	err = s.Probe(ctx)
+	require.Error(t, err)
+	require.NotContains(t, err.Error(), password)
+}
+
 // lockedWriter serialises writes to w.
 type lockedWriter struct {
 	mu sync.Mutex

@@ -864,7 +864,8 @@ func (rt *redisTarget) epochArg(s *RedisStore, target string) any {
 // heartbeatDue returns now (unix ns), the time to record as rt's latest mark
 // once a run that marks the process live on rt's target succeeds, or 0 when
 // no mark is due: the first call marks, then one every quarter of the
-// liveness at most (2.5s with the default liveness and windows up to 5s).
+// liveness at most (2.5s with the default liveness and windows, margin
+// included, up to 2.5s; a window past that).
 //
 // A mark trims the dead from the target's heartbeat set, renews its TTL
 // and stores the count of live processes in the target's pause key, where

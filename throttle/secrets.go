@@ -13,8 +13,11 @@ import (
 // reply may quote them: one that does not know AUTH (renamed away, or a
 // proxy) answers the connection's AUTH with "unknown command 'auth', with
 // args beginning with: 'user' 'password'", and go-redis returns that text
-// as the error of every call. Clients of other types, and passwords that a
-// CredentialsProvider supplies, are not known.
+// as the error of every call. Clients of other types, a Sentinel's
+// password (not in the options of a client NewFailoverClient made), and
+// passwords that a CredentialsProvider supplies are not known: such an
+// echo is cut whatever the passwords (secret.Hide), so none of them shows
+// there either.
 func passwordsOf(client redis.UniversalClient) []string {
 	var ps []string
 	switch c := client.(type) {
@@ -35,7 +38,7 @@ func passwordsOf(client redis.UniversalClient) []string {
 // (redis.HasErrorPrefix still reads it); other errors of err's chain,
 // whose text may hold a password, are not reached.
 func hidePasswords(err error, passwords []string) error {
-	if err == nil || len(passwords) == 0 {
+	if err == nil {
 		return err
 	}
 	msg := err.Error()

@@ -19,18 +19,19 @@ const echo = "with args beginning with:"
 // the text and point at the password.
 const minBare = 8
 
-// Hide returns msg with passwords taken out, each shown as "***": when
-// there are any, everything after a Redis echo of arguments (see echo);
-// every password that stands in single quotes; and every password of
-// minBare bytes or more wherever it appears, the longest first (one may
-// begin with another). Empty passwords are ignored.
+// Hide returns msg with passwords taken out, each shown as "***":
+// everything after a Redis echo of arguments (see echo), even with no
+// passwords given, as the arguments may hold one the caller does not know
+// of (a Sentinel's, say); every password that stands in single quotes;
+// and every password of minBare bytes or more wherever it appears, the
+// longest first (one may begin with another). Empty passwords are ignored.
 func Hide(msg string, passwords []string) string {
+	if i := strings.Index(msg, echo); i >= 0 {
+		msg = msg[:i+len(echo)] + " ***"
+	}
 	ps := slices.DeleteFunc(slices.Clone(passwords), func(p string) bool { return p == "" })
 	if len(ps) == 0 {
 		return msg
-	}
-	if i := strings.Index(msg, echo); i >= 0 {
-		msg = msg[:i+len(echo)] + " ***"
 	}
 	slices.SortFunc(ps, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
 	for _, p := range ps {

@@ -23,7 +23,9 @@ func TestHide(t *testing.T) {
 		{"a long password, bare", "dial tcp: lookup Sup3rS3cret-x: no such host", []string{"Sup3rS3cret-x"}, "dial tcp: lookup ***: no such host"},
 		{"one password begins another", "pw Sup3rS3cret and Sup3rS3cret-sentinel",
 			[]string{"Sup3rS3cret", "Sup3rS3cret-sentinel"}, "pw *** and ***"},
-		{"no passwords", "ERR unknown command 'x', with args beginning with: 'y'", nil, "ERR unknown command 'x', with args beginning with: 'y'"},
+		{"no passwords", "dial tcp 10.0.0.1:26379: i/o timeout", nil, "dial tcp 10.0.0.1:26379: i/o timeout"},
+		{"an echo, no password known", "all sentinels specified in configuration are unreachable: ERR unknown command 'auth', with args beginning with: 'S3ntinel-pw' ",
+			nil, "all sentinels specified in configuration are unreachable: ERR unknown command 'auth', with args beginning with: ***"},
 		{"empty passwords", "nothing to hide", []string{"", ""}, "nothing to hide"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

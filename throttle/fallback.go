@@ -39,9 +39,14 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 	}
 	tg.degraded, tg.probed, tg.since = true, now, now
 	tg.mu.Unlock()
-	// One line per process, not per target: first_target is the target
-	// whose call failed first.
-	if t.degraded.Add(1) == 1 {
+	t.storeDown(tg, now, cause)
+}
+
+// storeDown records that the store failed for tg at now. One line per
+// outage, not per target: first_target is the target whose call failed
+// first.
+func (t *Throttler) storeDown(tg *target, now time.Time, cause error) {
+	if t.down.CompareAndSwap(false, true) {
 		t.fellBack.Store(now.UnixNano())
 		t.cfg.logger.Warn("fleetgate: store failed; deciding by the failure policy",
 			"policy", t.cfg.policy.String(), "first_target", tg.name, "error", cause)
@@ -67,6 +72,7 @@ func (tg *target) degradedNow(t *Throttler) error {
 	tg.mu.Unlock()
 
 	if err := t.probe(now); err != nil {
+		t.storeDown(tg, now, err) // again, if another target found it back meanwhile
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
@@ -87,14 +93,18 @@ func (tg *target) degradedNow(t *Throttler) error {
 		}
 	}
 	if err := t.store.Restore(ctx, tg.name, tg.lim.Window, entries); err != nil {
+		t.storeDown(tg, now, err)
 		return err
 	}
 	tg.mu.Lock()
 	tg.degraded = false
 	tg.mu.Unlock()
-	if t.degraded.Add(-1) == 0 {
+	// One line per outage: first_target is the first target back; the
+	// others come back at their next calls.
+	if t.down.CompareAndSwap(true, false) {
+		t.backAt.Store(now.UnixNano())
 		t.cfg.logger.Info("fleetgate: store is back; deciding by the store again",
-			"last_target", tg.name, "after", t.cfg.now().Sub(time.Unix(0, t.fellBack.Load())).Round(time.Millisecond))
+			"first_target", tg.name, "after", now.Sub(time.Unix(0, t.fellBack.Load())).Round(time.Millisecond))
 	}
 	return nil
 }

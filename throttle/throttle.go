@@ -31,8 +31,9 @@ type Throttler struct {
 	hosts     sync.Map // raw host -> *hostEntry
 	hostCount atomic.Int64
 	targets   sync.Map     // target name -> *target
-	degraded  atomic.Int64 // targets decided by the failure policy
-	fellBack  atomic.Int64 // when degraded last rose from 0 (unix ns)
+	down      atomic.Bool  // the store failed, and has not been found back since
+	fellBack  atomic.Int64 // when down was last set (unix ns)
+	backAt    atomic.Int64 // when down was last cleared (unix ns)
 	deadlines deadlines    // of store calls
 	youngLog  atomic.Int64 // when the young store's hold last logged ends (unix ns)
 	lostLog   atomic.Int64 // when the lost log's hold last logged ends (unix ns)
@@ -60,10 +61,12 @@ type Decision struct {
 type Mode int
 
 const (
-	// ModeStore: every target is decided by the store.
+	// ModeStore: the store decides. A target the store failed for before
+	// it came back is decided by it again at its next call, once what the
+	// failure policy admitted there is replayed to it.
 	ModeStore Mode = iota
-	// ModeFallback: the store failed for at least one target, which is
-	// being decided by the failure policy.
+	// ModeFallback: the store failed, and has not been found back since:
+	// the targets it failed for are decided by the failure policy.
 	ModeFallback
 )
 
@@ -157,9 +160,10 @@ func (t *Throttler) Close() error {
 	return errors.Join(err, t.local.Close())
 }
 
-// Mode reports whether every target is currently decided by the store.
+// Mode reports whether the store decides (see ModeStore and
+// ModeFallback).
 func (t *Throttler) Mode() Mode {
-	if t.degraded.Load() > 0 {
+	if t.down.Load() {
 		return ModeFallback
 	}
 	return ModeStore
@@ -603,13 +607,21 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 // under way. Dropping is safe: a target made anew has no live count, so its
 // fallback would wait for the store, and seeds its local log at the horizon
 // whatever tail it knew.
+//
+// A target the store failed for is kept until the store has been back long
+// enough that no process's fallback booking on it is left in a window (its
+// next call would replay them): a probe interval and the grace, for every
+// process to find the store back, and a window.
 func (t *Throttler) forget() {
 	t.hosts.Clear()
 	t.hostCount.Store(0)
+	now := t.cfg.now()
+	back := !t.down.Load()
+	backAt := time.Unix(0, t.backAt.Load())
 	t.targets.Range(func(k, v any) bool {
 		tg := v.(*target)
 		tg.mu.Lock()
-		if tg.calls.idle() && !tg.degraded {
+		if tg.calls.idle() && (!tg.degraded || back && now.Sub(backAt) > t.cfg.probeInterval+t.cfg.grace+tg.lim.Window) {
 			t.targets.Delete(k)
 		}
 		tg.mu.Unlock()

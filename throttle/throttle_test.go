@@ -300,7 +300,7 @@ func TestConcurrentWaitersShareStoreCalls(t *testing.T) {
 
 // TestFallbackIsLoggedOncePerProcess: an outage over several targets is one
 // line when it begins, naming the first target that failed, and one when
-// it ends, naming the last target back and how long the fallback lasted.
+// it ends, naming the first target back and how long the fallback lasted.
 func TestFallbackIsLoggedOncePerProcess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{MemoryStore: NewMemoryStore()}
@@ -331,8 +331,69 @@ func TestFallbackIsLoggedOncePerProcess(t *testing.T) {
 		require.Equal(t, ModeStore, tr.Mode())
 		require.Equal(t,
 			"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=a.example error=\"store down\"\n"+
-				"level=INFO msg=\"fleetgate: store is back; deciding by the store again\" last_target=b.example after=3s\n",
+				"level=INFO msg=\"fleetgate: store is back; deciding by the store again\" first_target=a.example after=3s\n",
 			logged.String())
+	})
+}
+
+// TestAnOutageEndsWithTheFirstTargetBack: a target the store failed for
+// and that is not called again does not keep the Throttler in fallback
+// once the store is back: Mode, and the log, follow the store, and a
+// second outage is logged again. The idle target is forgotten once no
+// fallback booking of any process can be left in its window.
+func TestAnOutageEndsWithTheFirstTargetBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore()}
+		defer store.Close()
+		var logged lockedWriter
+		var buf strings.Builder
+		logged.w = &buf
+		rules, err := ParseRules("*=100/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen),
+			WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{
+				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+					if a.Key == slog.TimeKey {
+						return slog.Attr{}
+					}
+					return a
+				}}))))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+		store.fail.Store(true)
+		require.NoError(t, tr.Wait(ctx, "a.example"))
+		require.NoError(t, tr.Wait(ctx, "idle.example")) // never called again
+		require.Equal(t, ModeFallback, tr.Mode())
+		time.Sleep(2 * time.Second)
+		store.fail.Store(false)
+		require.NoError(t, tr.Wait(ctx, "a.example"))
+		require.Equal(t, ModeStore, tr.Mode(), "the store is back, whatever the idle target")
+
+		time.Sleep(time.Second)
+		store.fail.Store(true)
+		require.NoError(t, tr.Wait(ctx, "a.example"))
+		require.Equal(t, ModeFallback, tr.Mode(), "a second outage")
+		time.Sleep(2 * time.Second)
+		store.fail.Store(false)
+		require.NoError(t, tr.Wait(ctx, "a.example"))
+		require.Equal(t, ModeStore, tr.Mode())
+		require.Equal(t,
+			"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=a.example error=\"store down\"\n"+
+				"level=INFO msg=\"fleetgate: store is back; deciding by the store again\" first_target=a.example after=2s\n"+
+				"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=a.example error=\"store down\"\n"+
+				"level=INFO msg=\"fleetgate: store is back; deciding by the store again\" first_target=a.example after=2s\n",
+			buf.String())
+
+		_, ok := tr.targets.Load("idle.example")
+		require.True(t, ok)
+		tr.forget()
+		_, ok = tr.targets.Load("idle.example")
+		require.True(t, ok, "kept while a fallback booking may be left in its window")
+		time.Sleep(DefaultProbeInterval + DefaultRecoveryGrace + time.Second + DefaultMargin + time.Millisecond)
+		tr.forget()
+		_, ok = tr.targets.Load("idle.example")
+		require.False(t, ok, "forgotten once none can be")
 	})
 }
 

@@ -101,8 +101,8 @@ func (tg *target) degradedNow(t *Throttler) error {
 	tg.mu.Unlock()
 	// One line per outage: first_target is the first target back; the
 	// others come back at their next calls.
+	t.backAt.Store(now.UnixNano()) // first: forget reads it once down is clear
 	if t.down.CompareAndSwap(true, false) {
-		t.backAt.Store(now.UnixNano())
 		t.cfg.logger.Info("fleetgate: store is back; deciding by the store again",
 			"first_target", tg.name, "after", now.Sub(time.Unix(0, t.fellBack.Load())).Round(time.Millisecond))
 	}

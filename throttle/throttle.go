@@ -352,10 +352,9 @@ func (t *Throttler) ReserveN(ctx context.Context, host string, n int) (*Reservat
 		w := &waiter{req: Request{ID: nextID(), N: n, MaxWait: maxWait}}
 		if ms, ok := t.store.(*MemoryStore); ok {
 			// In memory a decision takes a lock for a few hundred
-			// nanoseconds: nothing to batch, it cannot fail, and its clock
-			// gives each slot exactly.
-			// The slot is put on this Throttler's clock, which a store
-			// with a clock of its own (WithMemoryClock) need not share.
+			// nanoseconds: nothing to batch, and it cannot fail. Its slot
+			// is put on this Throttler's clock by its delay: a store with a
+			// clock of its own (WithMemoryClock) need not share it.
 			var g [1]Grant
 			ms.reserve(tg.name, tg.lim, []Request{w.req}, g[:])
 			w.grant, w.at = g[0], t.cfg.now().Add(g[0].Delay)
@@ -638,8 +637,9 @@ func nextID() uint64 { return ids.Add(1) }
 // maxCachedHosts bounds the host cache of a long crawl over many hosts.
 const maxCachedHosts = 100_000
 
-// sleep sleeps d, or returns ctx's cause as soon as ctx ends (at once if
-// it has, whatever d), or ErrClosed as soon as Close is called.
+// sleep sleeps d, or returns ctx's error (with its cause) as soon as ctx
+// ends (at once if it has, whatever d), or ErrClosed as soon as Close is
+// called.
 func (t *Throttler) sleep(ctx context.Context, d time.Duration) error {
 	return sleepUntil(ctx, t.done, d)
 }

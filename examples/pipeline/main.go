@@ -84,6 +84,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -107,7 +108,11 @@ type config struct {
 
 func main() {
 	redis.SetLogger(redisLogger{slog.New(slog.NewTextHandler(os.Stderr, nil))}) // one per process
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// SIGTERM too: what a supervisor (systemd, Kubernetes) sends to stop
+	// the job. After the first signal, a second one ends the process at
+	// once.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop)
 	code := cli(ctx, os.Args[1:], os.Getenv("REDIS_URL"), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

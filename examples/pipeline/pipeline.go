@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -294,12 +295,14 @@ func (e *enricher) timedOut(ctx context.Context, err error) bool {
 func enrich(ctx context.Context, in *input, e *enricher, workers int) ([][]string, []reject, error) {
 	out := make([][]string, len(in.records))
 	errs := make([]error, len(in.records))
+	var decided atomic.Int64 // records enriched or rejected, for the interruption's message
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(workers)
 	for i, rec := range in.records {
 		code, err := checkCode(rec[in.code])
 		if err != nil {
 			errs[i] = err
+			decided.Add(1)
 			continue
 		}
 		g.Go(func() error {
@@ -309,14 +312,17 @@ func enrich(ctx context.Context, in *input, e *enricher, workers int) ([][]strin
 					return context.Cause(ctx)
 				}
 				errs[i] = err
+				decided.Add(1)
 				return nil
 			}
 			out[i] = append(slices.Clip(rec), c.Name, c.Region)
+			decided.Add(1)
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, err
+		return nil, nil, fmt.Errorf("interrupted after %d of %d records, nothing written (an earlier -out or -rejects is left as it was): %w",
+			decided.Load(), len(in.records), err)
 	}
 	var good [][]string
 	var rejects []reject

@@ -44,6 +44,7 @@ func TestATerminatedRunStopsAndReports(t *testing.T) {
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
 	require.Equal(t, 1, exit.ExitCode(), "stderr: %s", stderr.String())
-	require.Regexp(t, `^pipeline: .*signal`, stderr.String(), "the interruption is reported")
+	require.Regexp(t, `^pipeline: interrupted after \d+ of 200 records, nothing written \(an earlier -out or -rejects is left as it was\): .*signal`,
+		stderr.String(), "the interruption is reported")
 	requireOnlyEarlierOutput(t, filepath.Dir(outFile), outFile)
 }

@@ -28,15 +28,17 @@ type Throttler struct {
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close: wakes every sleeping waiter
 
-	hosts     sync.Map // raw host -> *hostEntry
-	hostCount atomic.Int64
-	targets   sync.Map     // target name -> *target
-	down      atomic.Bool  // the store failed, and has not been found back since
-	fellBack  atomic.Int64 // when down was last set (unix ns)
-	backAt    atomic.Int64 // when down was last cleared (unix ns)
-	deadlines deadlines    // of store calls
-	youngLog  atomic.Int64 // when the young store's hold last logged ends (unix ns)
-	lostLog   atomic.Int64 // when the lost log's hold last logged ends (unix ns)
+	hosts      sync.Map // raw host -> *hostEntry
+	hostCount  atomic.Int64
+	targets    sync.Map     // target name -> *target
+	down       atomic.Bool  // the store failed, and has not been found back since
+	fellBack   atomic.Int64 // when down was last set (unix ns)
+	backAt     atomic.Int64 // when down was last cleared (unix ns)
+	deadlines  deadlines    // of store calls
+	youngLog   atomic.Int64 // when the young store's hold last logged ends (unix ns)
+	lostLog    atomic.Int64 // when the lost log's hold last logged ends (unix ns)
+	staleLog   atomic.Int64 // when stale slots may be logged again (unix ns)
+	staleCount atomic.Int64 // stale slots since the last such line
 
 	probeMu  sync.Mutex // guards the shared probe result
 	probeAt  time.Time
@@ -269,12 +271,36 @@ const MinMargin = 2 * MinStale
 // less than a window before one sent on time. A process that was stopped,
 // starved or suspended wakes past its slot; it should Cancel and book
 // again rather than send.
+//
+// A slot found stale is logged at Warn, at most once a minute per
+// Throttler, with how late it was and how many went stale since the last
+// line: a process whose slots keep going stale books again and again and
+// sends little, and the line says why.
 func (r *Reservation) Stale() bool {
 	due := r.at
 	if r.made.After(due) {
 		due = r.made
 	}
-	return r.t.cfg.now().Sub(due) > max(r.t.cfg.margin/2, MinStale)
+	now := r.t.cfg.now()
+	late := now.Sub(due)
+	if late <= max(r.t.cfg.margin/2, MinStale) {
+		return false
+	}
+	r.t.logStale(r.tg, now, late)
+	return true
+}
+
+// logStale counts a slot of tg found stale at now, late past it, and logs
+// the count at most once a minute.
+func (t *Throttler) logStale(tg *target, now time.Time, late time.Duration) {
+	t.staleCount.Add(1)
+	next := t.staleLog.Load()
+	if now.UnixNano() < next || !t.staleLog.CompareAndSwap(next, now.Add(time.Minute).UnixNano()) {
+		return
+	}
+	t.cfg.logger.Warn("fleetgate: slots went stale before their requests could leave and were booked again "+
+		"(the process woke, or got its connection, more than half the margin late: starved, suspended or slow to connect); "+
+		"a larger margin tolerates more", "target", tg.name, "late", late.Round(time.Millisecond), "stale", t.staleCount.Swap(0))
 }
 
 // Target returns the name of the quota the reservation counts against.

@@ -887,6 +887,45 @@ func TestAReservationGoesStaleAfterTheMargin(t *testing.T) {
 	})
 }
 
+// TestStaleSlotsAreLogged: a process whose slots go stale books again and
+// again and sends little; the first stale slot is logged, with how late it
+// was, then at most one line a minute, counting the stale slots since.
+func TestStaleSlotsAreLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf strings.Builder
+		logged := &lockedWriter{w: &buf}
+		tr := newTestThrottler(t, WithLogger(slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{
+			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+				if a.Key == slog.TimeKey || a.Key == slog.MessageKey {
+					return slog.Attr{}
+				}
+				return a
+			}}))))
+		defer tr.Close()
+		ctx := context.Background()
+		stale := func() {
+			t.Helper()
+			r, err := tr.ReserveN(ctx, "many.example", 1)
+			require.NoError(t, err)
+			time.Sleep(r.Delay() + 100*time.Millisecond) // woke 100ms late
+			require.True(t, r.Stale())
+			require.NoError(t, r.Cancel(ctx))
+		}
+		r, err := tr.ReserveN(ctx, "many.example", 1)
+		require.NoError(t, err)
+		require.False(t, r.Stale(), "on time: not logged")
+		require.NoError(t, r.Cancel(ctx))
+		stale()
+		stale()
+		stale()
+		time.Sleep(time.Minute)
+		stale()
+		require.Equal(t,
+			"level=WARN target=many.example late=100ms stale=1\n"+
+				"level=WARN target=many.example late=100ms stale=3\n", buf.String())
+	})
+}
+
 // TestStaleLeavesHalfTheMarginForTheWay: a reservation goes stale half the
 // margin past its slot, so that a request sent just before that still has
 // the other half for its way to the target.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"slices"
@@ -24,6 +25,18 @@ func newTestThrottler(t *testing.T, opts ...Option) *Throttler {
 	tr, err := New(rules, append([]Option{WithMargin(0)}, opts...)...)
 	require.NoError(t, err)
 	return tr
+}
+
+// textLogger logs text lines to w without their time, nor the other keys
+// given, so that a test can compare them whole.
+func textLogger(w io.Writer, drop ...string) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey || slices.Contains(drop, a.Key) {
+				return slog.Attr{}
+			}
+			return a
+		}}))
 }
 
 func TestWaitBlocksUntilTheWindowAllows(t *testing.T) {
@@ -309,13 +322,7 @@ func TestFallbackIsLoggedOncePerProcess(t *testing.T) {
 		rules, err := ParseRules("*=100/1s")
 		require.NoError(t, err)
 		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen),
-			WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{
-				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-					if a.Key == slog.TimeKey {
-						return slog.Attr{}
-					}
-					return a
-				}}))))
+			WithLogger(textLogger(&logged)))
 		require.NoError(t, err)
 		defer tr.Close()
 		ctx := context.Background()
@@ -345,19 +352,12 @@ func TestAnOutageEndsWithTheFirstTargetBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{MemoryStore: NewMemoryStore()}
 		defer store.Close()
-		var logged lockedWriter
 		var buf strings.Builder
-		logged.w = &buf
+		logged := lockedWriter{w: &buf}
 		rules, err := ParseRules("*=100/1s")
 		require.NoError(t, err)
 		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen),
-			WithLogger(slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{
-				ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-					if a.Key == slog.TimeKey {
-						return slog.Attr{}
-					}
-					return a
-				}}))))
+			WithLogger(textLogger(&logged)))
 		require.NoError(t, err)
 		defer tr.Close()
 		ctx := context.Background()
@@ -893,14 +893,7 @@ func TestAReservationGoesStaleAfterTheMargin(t *testing.T) {
 func TestStaleSlotsAreLogged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf strings.Builder
-		logged := &lockedWriter{w: &buf}
-		tr := newTestThrottler(t, WithLogger(slog.New(slog.NewTextHandler(logged, &slog.HandlerOptions{
-			ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-				if a.Key == slog.TimeKey || a.Key == slog.MessageKey {
-					return slog.Attr{}
-				}
-				return a
-			}}))))
+		tr := newTestThrottler(t, WithLogger(textLogger(&lockedWriter{w: &buf}, slog.MessageKey)))
 		defer tr.Close()
 		ctx := context.Background()
 		stale := func() {

@@ -41,7 +41,11 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 	hasRetryAfter := false
 	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
 		if v, ok := resp.Header["Retry-After"]; ok && len(v) > 0 {
-			d, err := backoff.ParseRetryAfterField(v, serverNow, tr.cfg.maxRetryAfter)
+			// Read against a cap a second longer, to tell a value cut to
+			// the cap from one that asked for it exactly.
+			d, err := backoff.ParseRetryAfterField(v, serverNow, tr.cfg.maxRetryAfter+time.Second)
+			capped := d > tr.cfg.maxRetryAfter
+			d = min(d, tr.cfg.maxRetryAfter)
 			switch {
 			case err != nil:
 				tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring Retry-After",
@@ -49,7 +53,7 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 			default:
 				hasRetryAfter = true
 				sg.retryAfter, sg.pause = d, d
-				if d == tr.cfg.maxRetryAfter {
+				if capped {
 					// The target asked for longer than the fleet waits:
 					// worth a line, as the next attempt may anger it.
 					tr.cfg.logger.WarnContext(ctx, "fleetgate: Retry-After capped",

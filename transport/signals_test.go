@@ -69,11 +69,13 @@ func TestRetryAfterValues(t *testing.T) {
 		thrOpts    []throttle.Option
 		lo, hi     time.Duration // the pause left
 		wantLog    string
+		notLog     string // a line that must not be logged
 	}{
 		{name: "seconds", status: 503, retryAfter: "3", lo: 2800 * time.Millisecond, hi: 3 * time.Second},
 		{name: "HTTP-date", status: 429, retryAfter: "{date in 10s}", lo: 8 * time.Second, hi: 10 * time.Second},
 		{name: "absurd, default cap", status: 429, retryAfter: "999999999", lo: transport.DefaultMaxRetryAfter - time.Second, hi: transport.DefaultMaxRetryAfter, wantLog: "WARN fleetgate: Retry-After capped"},
-		{name: "absurd, transport cap", status: 503, retryAfter: "999999999", opts: []transport.Option{transport.WithMaxRetryAfter(2 * time.Second)}, lo: 1800 * time.Millisecond, hi: 2 * time.Second},
+		{name: "absurd, transport cap", status: 503, retryAfter: "999999999", opts: []transport.Option{transport.WithMaxRetryAfter(2 * time.Second)}, lo: 1800 * time.Millisecond, hi: 2 * time.Second, wantLog: "WARN fleetgate: Retry-After capped"},
+		{name: "exactly the cap: not cut", status: 503, retryAfter: "2", opts: []transport.Option{transport.WithMaxRetryAfter(2 * time.Second)}, lo: 1800 * time.Millisecond, hi: 2 * time.Second, notLog: "WARN fleetgate: Retry-After capped"},
 		{name: "throttler cap", status: 429, retryAfter: "60", thrOpts: []throttle.Option{throttle.WithMaxPause(time.Second)}, lo: 800 * time.Millisecond, hi: time.Second},
 		{name: "zero", status: 503, retryAfter: "0"},
 		{name: "garbage", status: 503, retryAfter: "soon", wantLog: "DEBUG fleetgate: ignoring Retry-After"},
@@ -120,6 +122,9 @@ func TestRetryAfterValues(t *testing.T) {
 			between(t, tt.lo, tt.hi, left, "pause left")
 			if tt.wantLog != "" && !contains(l.all(), tt.wantLog) {
 				t.Fatalf("want log %q, got %q", tt.wantLog, l.all())
+			}
+			if tt.notLog != "" && contains(l.all(), tt.notLog) {
+				t.Fatalf("want no log %q, got %q", tt.notLog, l.all())
 			}
 		})
 	}

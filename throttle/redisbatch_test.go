@@ -69,7 +69,7 @@ func TestRedisStoreBatchesTargets(t *testing.T) {
 		require.Len(t, logOf(t, client, s, fmt.Sprintf("t%d.example", i)), lim.Limit, "target %d", i)
 	}
 	require.Less(t, counter.n.Load(), int64(targets*per), "concurrent calls for different targets must share script runs")
-	require.Len(t, counter.slots, targets*lim.Limit, "every granted slot is in some run's reply")
+	require.Len(t, counter.slots(""), targets*lim.Limit, "every granted slot is in some run's reply")
 }
 
 // clusterMode are redis-server arguments for a node in cluster mode.

@@ -225,6 +225,27 @@ var storeCases = []storeCase{
 		g, _, _ = h.reserve(t, lim, 1, -1)
 		require.Equal(t, granted(1500*time.Millisecond), g, "future placeholders hold the window after them")
 	}},
+	{"a restored request already in the log keeps one entry, at the later slot", func(t *testing.T, h *harness) {
+		lim := Limit{Limit: 3, Window: sec}
+		_, _, id := h.reserve(t, lim, 1, 0)
+		// The booked request again, later; another twice in one call (a
+		// replay retried); a third booked at now and restored earlier.
+		require.NoError(t, h.s.Restore(context.Background(), h.target, sec, []Entry{
+			{ID: id, N: 1, Age: -500 * time.Millisecond},
+			{ID: 200, N: 2, Age: 0},
+			{ID: 200, N: 2, Age: -100 * time.Millisecond},
+		}))
+		// The log holds 200 (two units) at +100ms and id at +500ms.
+		g, st, _ := h.reserve(t, Limit{Limit: 4, Window: sec}, 1, -1)
+		require.Equal(t, granted(500*time.Millisecond), g, "after id's one entry, with room for a fourth unit")
+		require.Equal(t, 1500*time.Millisecond, st.ResetAfter)
+		require.NoError(t, h.s.Restore(context.Background(), h.target, sec, []Entry{{ID: id, N: 1, Age: 0}}))
+		// Cancelling id removes its only entry, which stayed at +500ms.
+		require.NoError(t, h.s.Cancel(context.Background(), h.target, id, 1))
+		g, st, _ = h.reserve(t, Limit{Limit: 4, Window: sec}, 1, 0)
+		require.Equal(t, Grant{Delay: 500 * time.Millisecond}, g, "FIFO: after the last booking")
+		require.Equal(t, 1, st.Remaining)
+	}},
 	{"reset and tail", func(t *testing.T, h *harness) {
 		lim := Limit{Limit: 1, Window: sec}
 		_, st, _ := h.reserve(t, lim, 1, 0)

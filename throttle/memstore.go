@@ -260,17 +260,31 @@ func (s *MemoryStore) Pause(ctx context.Context, target string, d time.Duration)
 	return time.Duration(t.pause-now) * time.Microsecond, nil
 }
 
-// Restore implements Store.
+// Restore implements Store. As in RedisStore, a request already in the log
+// keeps one entry per unit, at the later of its two slots, so a replay
+// retried, or a request named twice, counts once. (A request's units are
+// restored and kept together: RedisStore names each unit, MemoryStore
+// does not, and the two agree while a request is restored with the units
+// it was booked with, as the Throttler does.)
 func (s *MemoryStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
 	w := window.Microseconds()
 	t := s.lock(target)
 	defer t.mu.Unlock()
 	now := s.micros(s.now())
 	t.window = max(t.window, w)
+	t.trim(now, t.window)
 	for _, e := range entries {
 		at := now - e.Age.Microseconds()
 		if at <= now-w {
 			continue
+		}
+		live := t.log[t.head:]
+		if i := slices.IndexFunc(live, func(m memEntry) bool { return m.id == e.ID && m.at > now-w }); i >= 0 {
+			if live[i].at >= at {
+				continue // it stays where it is
+			}
+			live = slices.DeleteFunc(live, func(m memEntry) bool { return m.id == e.ID })
+			t.log = t.log[:t.head+len(live)]
 		}
 		pos, _ := slices.BinarySearchFunc(t.log[t.head:], at, func(m memEntry, at int64) int {
 			if m.at <= at {

@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/redis/go-redis/v9"
@@ -35,6 +36,7 @@ func main() {
 // run is the whole command: it parses args, runs the demo or the crawler
 // until done or until ctx ends, and returns the exit status.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	stderr = &lockedWriter{w: stderr}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -57,4 +59,18 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return runCrawl(ctx, cfg, stdin, stdout, stderr, log)
 	}
 	return runDemo(ctx, cfg, stdout, stderr, log)
+}
+
+// lockedWriter serializes writes to w: the progress reports and the log
+// (stale slots, a store's outage) reach stderr from several goroutines, and
+// each line must go out whole whatever w is.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -436,7 +436,7 @@ if op == 'reserve' then
       limit, window, gap, ahead, liveness, seen, full, k, pid = sunpack('>i8i8i8i8i8i8i8i8i8', nums)
     end
     if limit < 1 or window < 1 or ahead < 0 or liveness == 0 or k < 0 or pid < 0 or pid >= 281474976710656
-      or #nums ~= 72 + 16 * k or nargv < a + k then
+      or #nums ~= 72 + 16 * k or nargv < a + k or (b + 3 > nkeys and nargv ~= a + k) then -- the last block ends the arguments
       return redis.error_reply('fleetgate: bad reserve arguments')
     end
     a = a + 1
@@ -1000,8 +1000,11 @@ elseif op == 'pause' then
 
 elseif op == 'restore' then
   local window, ahead = tonumber(ARGV[2]), tonumber(ARGV[3])
-  if not window or window < 1 or not ahead or ahead < 0 or #KEYS ~= 4 then
+  if not window or window < 1 or not ahead or ahead < 0 or #KEYS ~= 4 or #ARGV % 2 ~= 1 then
     return redis.error_reply('fleetgate: bad restore arguments')
+  end
+  for i = 5, #ARGV, 2 do -- every age a number, before anything is written
+    if not tonumber(ARGV[i]) then return redis.error_reply('fleetgate: bad restore arguments') end
   end
   -- The log's live entries; the dead ones before them are cut first, so
   -- that a member whose entry is dead gets one entry, not two. An old log
@@ -1102,6 +1105,17 @@ elseif op == 'restore' then
   expires = H.renew(log, now, tail, window, expires)
   local keep = false
   if not m then keep = expires - now end
+  if pause > now then
+    -- Meta must last as long as the pause it holds (the young store's
+    -- hold this restore may have set): kept with its TTL it could expire
+    -- first and take the hold with it. A meta of the 32-byte form does
+    -- not tell its own expiry: its TTL does.
+    if m and mexp == 0 then
+      local ttl = call('PTTL', metakey)
+      if ttl > 0 then mexp = now + ttl * 1000 end
+    end
+    keep = keep or 0
+  end
   H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp)
   return {now, #add}
 elseif op == 'epoch' then

@@ -903,7 +903,8 @@ func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
 
 // TestReserveRejectsBadNumbers: a reserve whose block of numbers is too
 // short, does not match its count of requests, holds an impossible limit,
-// horizon, liveness or process id, lacks a request's member, or whose keys
+// horizon, liveness or process id, lacks a request's member or carries one
+// more, or whose keys
 // are not three per target and the epoch's is an error that says so, and
 // writes nothing, with its op named or without one.
 func TestReserveRejectsBadNumbers(t *testing.T) {
@@ -940,7 +941,9 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 			_, err := s.eval(ctx, slidingLog, a, 1)
 			require.ErrorContains(t, err, "bad reserve arguments", "%s, named %v", name, named)
 		}
-		_, err := s.eval(ctx, slidingLog, args(keys[:3], named, good, "m.1"), 1)
+		_, err := s.eval(ctx, slidingLog, args(keys, named, good, "m.1", "m.2"), 1)
+		require.ErrorContains(t, err, "bad reserve arguments", "a member past the block's requests, named %v", named)
+		_, err = s.eval(ctx, slidingLog, args(keys[:3], named, good, "m.1"), 1)
 		require.ErrorContains(t, err, "bad reserve keys", "no epoch key, named %v", named)
 	}
 	_, err := s.eval(ctx, slidingLog, args(keys, false, good, "m.1"), 1)
@@ -951,6 +954,72 @@ func TestReserveRejectsBadNumbers(t *testing.T) {
 	n, err := client.Exists(ctx, s.keys("x.example")...).Result()
 	require.NoError(t, err)
 	require.Zero(t, n, "nothing was written")
+}
+
+// TestRestoreRejectsBadArguments: a restore whose last member lacks its
+// age, or with an age that is no number, is an error that says so, and
+// writes nothing (not even the cut of the log's dead entries).
+func TestRestoreRejectsBadArguments(t *testing.T) {
+	s, client := startStore(t)
+	ctx := context.Background()
+	keys := append(s.target("x.example").keyArgs, s.epochArg)
+	now := time.Now().UnixMicro()
+	require.NoError(t, client.RPush(ctx, s.keys("x.example")[0], logEntry(now-5_000_000, "dead.1")).Err())
+	for name, pairs := range map[string][]any{
+		"a member without its age": {"p.1", int64(0), "p.2"},
+		"an age that is no number": {"p.1", "soon"},
+	} {
+		a := append(append(scriptArgs(len(keys), len(keys)+3+len(pairs)), keys...), s.op("restore"), int64(1_000_000), int64(0))
+		_, err := s.eval(ctx, slidingLog, append(a, pairs...), 1)
+		require.ErrorContains(t, err, "bad restore arguments", name)
+	}
+	es, err := client.LRange(ctx, s.keys("x.example")[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Equal(t, []string{logEntry(now-5_000_000, "dead.1")}, es, "nothing was written")
+}
+
+// TestARestoredHoldOutlivesMeta: a restore onto an empty log while the
+// store's data is young holds the target (reserve's hold: the epoch, the
+// horizon and a window), so that restored entries do not hide a lost
+// log. Meta, which carries that hold, lasts as long: kept with its TTL (a
+// short pause made it) it expired first and took the hold with it, and
+// the next reserve was granted at once. With the log in the list
+// (WithListLogs, or more entries than fit inline) and inline.
+func TestARestoredHoldOutlivesMeta(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	const window = 2 * time.Second
+	for name, c := range map[string]struct {
+		inlineMax string
+		entries   int
+	}{
+		"list logs": {"0", 1},
+		"inline logs, more entries than fit inline": {"", 65},
+		"inline logs, a few entries":                {"", 3},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+			require.NoError(t, err)
+			s.inlineMax = c.inlineMax
+			// A short pause makes meta, with a TTL of about the liveness.
+			s.liveness = 200 * time.Millisecond
+			_, err = s.Pause(ctx, "x.example", 100*time.Millisecond)
+			require.NoError(t, err)
+			var es []Entry
+			for i := range c.entries {
+				es = append(es, Entry{ID: uint64(100 + i), N: 1, Age: 0})
+			}
+			require.NoError(t, s.Restore(ctx, "x.example", window, es))
+			pttl, err := client.PTTL(ctx, s.keys("x.example")[1]).Result()
+			require.NoError(t, err)
+			require.Greater(t, pttl, 2*window-time.Second, "meta lasts until the hold (a horizon and a window) ends")
+			time.Sleep(300 * time.Millisecond) // past the TTL the pause gave meta
+			g := make([]Grant, 1)
+			_, err = s.Reserve(ctx, "x.example", Limit{Limit: 1000, Window: window}, oneUnit(), g)
+			require.NoError(t, err)
+			require.Greater(t, g[0].Delay, window, "the young store's hold still holds the target")
+		})
+	}
 }
 
 // TestAReserveWithoutAnOpTakesAnyLimit: a reserve without an op starts

@@ -44,6 +44,7 @@ func storeKinds(t *testing.T) []storeKind {
 			clock := newFakeClock()
 			s, err := NewRedisStore(client(t), WithKeyPrefix(redistest.KeyPrefix(t)))
 			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() }) // on a Cluster: its epoch keys' upkeep
 			s.now, s.inlineMax = clock.us.Load, inlineMax
 			return s, clock
 		}

@@ -29,6 +29,7 @@ func TestRedisStoreKeysShareASlotAndExpire(t *testing.T) {
 	prefix := redistest.KeyPrefix(t)
 	s, err := NewRedisStore(client, WithKeyPrefix(prefix))
 	require.NoError(t, err)
+	t.Cleanup(func() { s.Close() })
 
 	for _, target := range []string{"example.com", "we{ir}d", "}{", "a%7Bb"} {
 		keys := append(s.keys(target), s.epochKey(target))
@@ -194,6 +195,7 @@ func TestProbeReadiesTheStore(t *testing.T) {
 			client.AddHook(hook)
 			s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
 			require.NoError(t, err)
+			t.Cleanup(func() { s.Close() })
 			masters := func() (loaded []bool) {
 				t.Helper()
 				var mu sync.Mutex // ForEachMaster calls check concurrently
@@ -356,7 +358,9 @@ func TestRedisUsesServerTime(t *testing.T) {
 		s, err := NewRedisStore(srv.Client(t), WithKeyPrefix(prefix))
 		require.NoError(t, err)
 		ageData(t, srv.Client(t), s)
-		tr, err := New(rules, WithStore(s), withClock(func() time.Time { return time.Now().Add(skew) }))
+		// A store timeout well above a loaded machine's round trip: the
+		// test is of the clocks, not of the fallback.
+		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second), withClock(func() time.Time { return time.Now().Add(skew) }))
 		require.NoError(t, err)
 		t.Cleanup(func() { tr.Close() })
 		ts = append(ts, tr)
@@ -394,7 +398,7 @@ func TestSharedStoreKeepsEntriesApart(t *testing.T) {
 	require.NoError(t, err)
 	var got []bool
 	for range 3 {
-		tr, err := New(rules, WithStore(s))
+		tr, err := New(rules, WithStore(s), WithStoreTimeout(time.Second))
 		require.NoError(t, err)
 		d, err := tr.Allow(context.Background(), "example.com")
 		require.NoError(t, err)
@@ -629,14 +633,25 @@ func (p *pipelineSizes) scriptRuns() int {
 func TestCloseDoesNotWaitOnAHungNode(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			t.Cleanup(func() { c.Close() })
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
 		}
 	}()
 	client := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), ContextTimeoutEnabled: true, MaxRetries: -1})

@@ -24,6 +24,7 @@ func newTestThrottler(t *testing.T, opts ...Option) *Throttler {
 	require.NoError(t, err)
 	tr, err := New(rules, append([]Option{WithMargin(0)}, opts...)...)
 	require.NoError(t, err)
+	t.Cleanup(func() { tr.Close() }) // a test's own Close comes first: Close again does nothing
 	return tr
 }
 

@@ -242,10 +242,11 @@ type requestBody struct {
 
 func (b *requestBody) Close() error { b.closed.Store(true); return nil }
 
-// logs collects log records at every level.
+// logs collects log records at every level, as "LEVEL message".
 type logs struct {
-	mu   sync.Mutex
-	msgs []string
+	mu      sync.Mutex
+	msgs    []string
+	waiters map[string][]chan struct{} // by message; see await
 }
 
 func (l *logs) logger() *slog.Logger { return slog.New(l) }
@@ -254,10 +255,33 @@ func (l *logs) Enabled(context.Context, slog.Level) bool { return true }
 func (l *logs) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *logs) WithGroup(string) slog.Handler            { return l }
 func (l *logs) Handle(_ context.Context, r slog.Record) error {
+	msg := r.Level.String() + " " + r.Message
 	l.mu.Lock()
-	l.msgs = append(l.msgs, r.Level.String()+" "+r.Message)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	l.msgs = append(l.msgs, msg)
+	for _, ch := range l.waiters[msg] {
+		close(ch)
+	}
+	delete(l.waiters, msg)
 	return nil
+}
+
+// await returns a channel that is closed once msg ("LEVEL message") is
+// logged, by the logging goroutine before its log call returns; at once if
+// it already was.
+func (l *logs) await(msg string) <-chan struct{} {
+	ch := make(chan struct{})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if contains(l.msgs, msg) {
+		close(ch)
+		return ch
+	}
+	if l.waiters == nil {
+		l.waiters = make(map[string][]chan struct{})
+	}
+	l.waiters[msg] = append(l.waiters[msg], ch)
+	return ch
 }
 
 func (l *logs) all() []string {

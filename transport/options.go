@@ -115,8 +115,9 @@ func OnAttempt(fn func(AttemptInfo)) Option {
 	return func(c *config) { c.onAttempt = fn }
 }
 
-// WithLogger sets where the Transport logs ignored headers (at Debug), and
-// a Retry-After cut to the cap and pauses it could not share with the fleet
+// WithLogger sets where the Transport logs ignored headers and each retry,
+// just before its delay, as "fleetgate: retrying" (at Debug), and a
+// Retry-After cut to the cap and pauses it could not share with the fleet
 // (at Warn). The default is slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }

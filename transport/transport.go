@@ -134,6 +134,13 @@ func New(base http.RoundTripper, t *throttle.Throttler, opts ...Option) *Transpo
 // target, ctx ended, or a slot past ctx's deadline), RoundTrip returns an
 // *Error wrapping the cause; req's body is closed, and a slot booked for
 // the attempt is released.
+//
+// When it fails because ctx ended (in the quota wait, in the delay before
+// a retry, or while an attempt was in flight and the base reported ctx's
+// end, as net/http does), its *Error matches ctx.Err() (context.Canceled
+// or context.DeadlineExceeded) and, when ctx was given a cause
+// (context.WithCancelCause, context.WithDeadlineCause), that cause too;
+// the base's own error stays in the chain.
 func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		closeBody(req)
@@ -181,6 +188,8 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp = nil
 		case err == nil && resp == nil:
 			err = errNoResponse
+		case err != nil:
+			err = endedWith(ctx, err)
 		}
 		waited, ranOut, gerr := guard.stopped()
 		info.Waited += waited
@@ -222,6 +231,8 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			resp = keep(resp) // the answer still, if the next attempt finds no slot in time
 		}
+		tr.cfg.logger.DebugContext(ctx, "fleetgate: retrying",
+			"host", host, "attempt", attempt+1, "delay", delay, "status", info.Status, "error", info.Err)
 	}
 	if err != nil {
 		return nil, &Error{Host: host, Attempt: attempt, Err: err}
@@ -381,6 +392,21 @@ func ctxErr(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", err, cause)
 	}
 	return err
+}
+
+// endedWith returns err, an attempt's failure, so that it also matches
+// ctx.Err() (context.Canceled, context.DeadlineExceeded) when ctx ended
+// with a cause and err reports only that cause, as net/http does: "CTXERR:
+// ERR", err still in the chain. Any other err is returned as it is.
+func endedWith(ctx context.Context, err error) error {
+	cerr := ctx.Err()
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	if cause := context.Cause(ctx); cause == cerr || !errors.Is(err, cause) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
 }
 
 // keep reads resp's body into memory, when it is at most maxDrain, and

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -419,25 +420,129 @@ func TestCancelledWithACause(t *testing.T) {
 		name string
 		rule string
 		code int
+		// cancel cancels ctx with the cause, once the request is where
+		// the case wants it; l is the Transport's log.
+		cancel  func(cancel context.CancelCauseFunc, l *logs)
+		attempt int    // the attempt the error names
+		want    string // in the error
 	}{
-		{"in the quota wait", "1/1h", http.StatusOK},            // the second request's slot is an hour away
-		{"in the retry delay", "100/1s", http.StatusBadGateway}, // retried after 300ms
+		{
+			name: "in the quota wait",
+			rule: "1/1h", // the second request's slot is an hour away
+			code: http.StatusOK,
+			cancel: func(cancel context.CancelCauseFunc, _ *logs) {
+				time.AfterFunc(50*time.Millisecond, func() { cancel(errShutdown) })
+			},
+			attempt: 1,
+			want:    "context canceled: shutting down",
+		},
+		{
+			name: "in the retry delay",
+			rule: "100/1s",
+			code: http.StatusBadGateway, // retried after an hour
+			cancel: func(cancel context.CancelCauseFunc, l *logs) {
+				// Logged once the retry is decided, just before its
+				// delay: the hour-long delay is the only wait left for
+				// the cancel to land in.
+				retrying := l.await("DEBUG fleetgate: retrying")
+				go func() {
+					<-retrying
+					cancel(errShutdown)
+				}()
+			},
+			attempt: 2,
+			want:    "delay before retry: context canceled: shutting down",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tg := newTarget(t, statuses(tc.code))
-			rt := transport.New(nil, newThrottler(t, tc.rule), transport.WithBackoff(&backoff.Exponential{Base: 300 * time.Millisecond, Jitter: backoff.NoJitter}))
+			var l logs
+			rt := transport.New(nil, newThrottler(t, tc.rule), transport.WithLogger(l.logger()),
+				transport.WithBackoff(&backoff.Exponential{Base: time.Hour, Max: time.Hour, Jitter: backoff.NoJitter}))
 			if tc.code == http.StatusOK {
 				_, err := roundTrip(t, rt, get(t, t.Context(), tg.URL))
 				require.NoError(t, err)
 			}
 			ctx, cancel := context.WithCancelCause(t.Context())
-			time.AfterFunc(50*time.Millisecond, func() { cancel(errShutdown) })
+			defer cancel(nil)
+			tc.cancel(cancel, &l)
 			_, err := roundTrip(t, rt, get(t, ctx, tg.URL))
 			require.ErrorIs(t, err, context.Canceled)
 			require.ErrorIs(t, err, errShutdown)
+			var te *transport.Error
+			require.ErrorAs(t, err, &te)
+			require.Equal(t, tc.attempt, te.Attempt, "attempt")
+			require.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// TestCancelledWithACauseInFlight: a context cancelled with a cause while
+// the attempt is in flight (the target has the request and has not
+// answered) fails the request with an error that matches both
+// context.Canceled and the cause, as a cancel in the quota wait does.
+func TestCancelledWithACauseInFlight(t *testing.T) {
+	t.Parallel()
+	errShutdown := errors.New("shutting down")
+	arrived, release := make(chan struct{}, 1), make(chan struct{})
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		select { // held until the client gives up on it
+		case <-r.Context().Done():
+		case <-release:
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	t.Cleanup(func() { close(release) }) // before the server's Close, which waits for the handler
+	var rec attempts
+	rt := transport.New(nil, newThrottler(t, "100/1s"), rec.option())
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
+	go func() {
+		<-arrived
+		cancel(errShutdown)
+	}()
+	_, err := roundTrip(t, rt, get(t, ctx, tg.URL))
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, errShutdown)
+	var te *transport.Error
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, 1, te.Attempt, "attempt")
+	require.Equal(t, 1, len(tg.seen()), "arrivals")
+	infos := rec.all()
+	require.Equal(t, 1, len(infos), "attempts reported")
+	require.ErrorIs(t, infos[0].Err, context.Canceled, "OnAttempt")
+	require.ErrorIs(t, infos[0].Err, errShutdown, "OnAttempt")
+}
+
+// TestDeadlineWithACauseInFlight: a deadline given a cause that passes
+// while the attempt is in flight fails the request with an error that
+// matches both context.DeadlineExceeded and the cause, and reports a
+// timeout. The base blocks until its request's context ends and then
+// returns that context's cause, as net/http does; in the bubble, time
+// reaches the deadline only once the base blocks.
+func TestDeadlineWithACauseInFlight(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		errSlow := errors.New("too slow")
+		var sent atomic.Bool
+		base := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			sent.Store(true)
+			<-req.Context().Done()
+			return nil, context.Cause(req.Context())
+		})
+		rt := transport.New(base, newThrottler(t, "100/1s"))
+		ctx, cancel := context.WithTimeoutCause(t.Context(), time.Minute, errSlow)
+		defer cancel()
+		_, err := roundTrip(t, rt, get(t, ctx, "http://in-flight.example/"))
+		require.True(t, sent.Load(), "the deadline passed before the attempt was sent: %v", err)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.ErrorIs(t, err, errSlow)
+		var te *transport.Error
+		require.ErrorAs(t, err, &te)
+		require.True(t, te.Timeout(), "Timeout of %v", err)
+	})
 }
 
 func TestDeadlineStopsRetrying(t *testing.T) {

@@ -180,7 +180,7 @@ func badLocation(msg string) string {
 	}
 	loc, _ := strconv.Unquote(q) // QuotedPrefix's answer unquotes
 	if _, err := url.Parse(loc); err != nil {
-		return locationPrefix + q + ": " + secret.URLError(err)
+		return locationPrefix + q + ": " + secret.URLError(err, "http:// or https://")
 	}
 	return msg
 }
@@ -191,7 +191,7 @@ func checkURL(s string) (host string, err error) {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("not a URL: %s", secret.URLError(err))
+		return "", fmt.Errorf("not a URL: %s", secret.URLError(err, "http:// or https://"))
 	case u.Scheme != "http" && u.Scheme != "https":
 		if u.Scheme == "" {
 			return "", errors.New("not an absolute URL: want http:// or https://")

@@ -89,6 +89,9 @@ func readInput(path string) (*input, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A byte order mark (spreadsheets' "CSV UTF-8") is not a part of the
+	// first column's name.
+	data = bytes.TrimPrefix(data, []byte("\ufeff"))
 	// starts[i] is where line i+1 begins.
 	starts := []int{0}
 	for i, c := range data {

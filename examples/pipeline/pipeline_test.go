@@ -129,6 +129,7 @@ func TestRunErrors(t *testing.T) {
 		{"rejects over the output", func(c *config) { c.out, c.rejects = filepath.Join(dir, "o.csv"), filepath.Join(dir, "o.csv") }, "-rejects is the -out file"},
 		{"bad REDIS_URL", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:x/0" }, `REDIS_URL: not a URL: a port that is not a number`},
 		{"a bad escape in REDIS_URL's password", func(c *config) { c.redisURL = "redis://:hun%zzter2@127.0.0.1/0" }, `REDIS_URL: not a URL: a '%' not followed by two hexadecimal digits`},
+		{"REDIS_URL without a scheme", func(c *config) { c.redisURL = ":hunter2@127.0.0.1:6390" }, `REDIS_URL: not a URL: no scheme: want redis://, rediss:// or unix://`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -208,6 +209,29 @@ func TestBadRecordsAreRejectedAndTheRestWritten(t *testing.T) {
 		require.Contains(t, stderr.String(), want)
 	}
 	require.Equal(t, 4, api.Site.Stats().Requests, "calls: the three good codes and ZZ")
+}
+
+// A file that begins with a byte order mark (a spreadsheet's "CSV UTF-8")
+// is read as the same file without it: the first column keeps its name,
+// in the output too.
+func TestAByteOrderMarkIsNotPartOfTheHeader(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.csv"), filepath.Join(dir, "out.csv")
+	for _, header := range []string{"country_code,id", "id,country_code"} {
+		first, second := "DE", "R1"
+		if header == "id,country_code" {
+			first, second = second, first
+		}
+		require.NoError(t, os.WriteFile(in, []byte("\ufeff"+header+"\n"+first+","+second+"\n"), 0o600))
+		var stderr lockedBuffer
+		err := run(t.Context(), config{in: in, out: out, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 1}, io.Discard, &stderr)
+		require.NoError(t, err, stderr.String())
+		got := readCSV(t, out)
+		require.Equal(t, append(strings.Split(header, ","), "country_name", "region"), got[0], header)
+		require.Len(t, got, 2, header)
+	}
 }
 
 // A quote that is never closed would take every line after it into one

@@ -57,7 +57,7 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin 
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) { // it quotes the URL, or a part of it that may be the password
-			err = errors.New("not a URL: " + secret.URLError(ue))
+			err = errors.New("not a URL: " + secret.URLError(ue, "redis://, rediss:// or unix://"))
 		}
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}

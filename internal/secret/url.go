@@ -9,8 +9,9 @@ import (
 // URLError says what made url.Parse fail, in words that quote nothing of
 // the URL: the part that failed may be a password that did not parse
 // ("http://user:pass/word@host" fails on the port "pass", and a bad escape
-// in a password is quoted by url.Parse).
-func URLError(err error) string {
+// in a password is quoted by url.Parse). schemes names the schemes the
+// caller takes, for a URL without one ("http:// or https://").
+func URLError(err error, schemes string) string {
 	var esc url.EscapeError
 	var host url.InvalidHostError
 	msg := err.Error()
@@ -28,7 +29,7 @@ func URLError(err error) string {
 	case strings.Contains(msg, "missing ']'") || strings.Contains(msg, "unexpected '['"):
 		return "unbalanced brackets in the host"
 	case strings.Contains(msg, "missing protocol scheme"), strings.Contains(msg, "first path segment"):
-		return "no scheme: want http:// or https://"
+		return "no scheme: want " + schemes
 	}
 	return "it does not parse"
 }

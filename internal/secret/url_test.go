@@ -15,11 +15,11 @@ func TestURLError(t *testing.T) {
 		"http://a.com/\x01":         "a control character",
 		"http://[::1/":              "unbalanced brackets in the host",
 		"http://us er:pw@h/":        "a character a user or password cannot hold before the '@'",
-		":foo":                      "no scheme: want http:// or https://",
+		":foo":                      "no scheme: want redis:// or rediss://",
 	} {
 		_, err := url.Parse(raw)
 		require.Error(t, err, raw)
-		got := URLError(err)
+		got := URLError(err, "redis:// or rediss://")
 		require.Equal(t, want, got, raw)
 		require.NotContains(t, got, "s3cr", raw)
 	}

@@ -107,10 +107,7 @@
 --   interval of length window holds at most limit units once its n units are
 --   written at s: s is after the pause, after every earlier entry (FIFO), at
 --   least gap after the latest entry, and at least window after the
---   (limit-n+1)-th most recent entry. It is also past the latest slot a
---   cancel removed while that lies ahead: a slot booked below it and then
---   lost would pass for the cancelled one, and its loss go unnoticed (a
---   cancel gives back the window's room, not the time before its slot). A request whose slot is further away
+--   (limit-n+1)-th most recent entry. A request whose slot is further away
 --   than its max wait is refused and writes nothing.
 --   Reply: {now, then per target: remaining (-1: none, for the young
 --           store's hold; -2: none, the log or its latest entries were
@@ -657,7 +654,6 @@ if op == 'reserve' then
       a = a + 1
       local slot = now
       if pause > slot then slot = pause end
-      if cancelled > now and cancelled >= slot then slot = cancelled + 1 end -- past the cancelled slot (above)
       if last then
         if last > slot then slot = last end
         if gap > 0 and last + gap > slot then slot = last + gap end

@@ -159,20 +159,6 @@ var storeCases = []storeCase{
 		require.Equal(t, granted(0), g)
 		require.Equal(t, 0, st.Remaining)
 	}},
-	{"a slot booked after a cancel of the log's end lies past the cancelled slot", func(t *testing.T, h *harness) {
-		lim := Limit{Limit: 2, Window: sec}
-		h.reserve(t, lim, 1, 0)
-		g, _, id := h.reserve(t, lim, 2, -1)
-		require.Equal(t, granted(sec), g)
-		h.clock.Advance(100 * time.Millisecond)
-		require.NoError(t, h.s.Cancel(context.Background(), h.target, id, 2))
-		g, st, _ := h.reserve(t, lim, 1, -1)
-		require.Equal(t, granted(900*time.Millisecond+time.Microsecond), g, "the window has room now, but not before the cancelled slot")
-		require.Equal(t, 0, st.Remaining)
-		h.clock.Advance(2 * sec)
-		g, _, _ = h.reserve(t, lim, 1, 0)
-		require.Equal(t, granted(0), g, "once the cancelled slot has passed, nothing of it is left")
-	}},
 	{"a pause holds everyone and only grows", func(t *testing.T, h *harness) {
 		lim := Limit{Limit: 5, Window: sec}
 		ctx := context.Background()

@@ -25,16 +25,12 @@ type MemoryStore struct {
 }
 
 type memTarget struct {
-	mu    sync.Mutex
-	log   []memEntry // sorted by at; log[head:] is live
-	head  int
-	pause int64 // unix µs; 0 when none
-	// cancelled is the latest slot a cancel removed from the log's end
-	// (unix µs): while it lies ahead, new slots come after it, as in
-	// RedisStore (lua/sliding_log.lua, where it tells a cancel from a loss).
-	cancelled int64
-	window    int64 // the last window used, for the sweeper
-	dead      bool  // swept: no longer in the map, so not to be written
+	mu     sync.Mutex
+	log    []memEntry // sorted by at; log[head:] is live
+	head   int
+	pause  int64 // unix µs; 0 when none
+	window int64 // the last window used, for the sweeper
+	dead   bool  // swept: no longer in the map, so not to be written
 }
 
 type memEntry struct {
@@ -102,7 +98,7 @@ func (s *MemoryStore) sweep() {
 		t := v.(*memTarget)
 		t.mu.Lock()
 		t.trim(now, t.window)
-		if len(t.log)-t.head == 0 && t.pause <= now && t.cancelled <= now {
+		if len(t.log)-t.head == 0 && t.pause <= now {
 			t.dead = true
 			s.targets.Delete(k)
 		}
@@ -182,9 +178,6 @@ func (s *MemoryStore) reserve(target string, lim Limit, reqs []Request, grants [
 		if pause > slot {
 			slot = pause
 		}
-		if t.cancelled > now && t.cancelled >= slot {
-			slot = t.cancelled + 1
-		}
 		if last, ok := t.last(); ok {
 			slot = max(slot, last)
 			if gap > 0 {
@@ -233,7 +226,6 @@ func (s *MemoryStore) Cancel(ctx context.Context, target string, id uint64, n in
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	live := t.log[t.head:]
-	latest := int64(0) // the latest slot removed
 	// A request's units are adjacent and usually near the end.
 	for i := len(live) - 1; i >= 0 && n > 0; i-- {
 		if live[i].id == id {
@@ -241,7 +233,6 @@ func (s *MemoryStore) Cancel(ctx context.Context, target string, id uint64, n in
 			for j > 0 && live[j-1].id == id && i-j+1 < n {
 				j--
 			}
-			latest = max(latest, live[i].at)
 			removed := i - j + 1
 			live = slices.Delete(live, j, i+1)
 			n -= removed
@@ -249,9 +240,6 @@ func (s *MemoryStore) Cancel(ctx context.Context, target string, id uint64, n in
 		}
 	}
 	t.log = t.log[:t.head+len(live)]
-	if last, _ := t.last(); latest > last {
-		t.cancelled = max(t.cancelled, latest)
-	}
 	return nil
 }
 

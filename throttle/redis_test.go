@@ -1250,63 +1250,6 @@ func fakeClockStore(t *testing.T) (*RedisStore, *redis.Client, *fakeClock) {
 	return s, client, clock
 }
 
-// TestALostBookingPastACancelIsNoticed: a slot booked after a cancel of
-// the log's latest booking lies past the cancelled slot, even where the
-// window had room before it (the cancelled request was of more units).
-// Booked below it, then lost with Redis's latest writes, it passed for the
-// cancelled one: the process that saw it did not take the log for lost,
-// and the window admitted more than its limit.
-func TestALostBookingPastACancelIsNoticed(t *testing.T) {
-	for _, listLogs := range []bool{false, true} {
-		t.Run(fmt.Sprintf("list logs %v", listLogs), func(t *testing.T) {
-			client := redistest.StartServer(t).Client(t)
-			opts := []RedisOption{WithKeyPrefix(redistest.KeyPrefix(t))}
-			if listLogs {
-				opts = append(opts, WithListLogs())
-			}
-			s, err := NewRedisStore(client, opts...)
-			require.NoError(t, err)
-			clock := newFakeClock()
-			s.now = clock.us.Load // and the data is old
-			ctx := context.Background()
-			lim := Limit{Limit: 2, Window: time.Second}
-			var st State
-			book := func(id uint64, n int, maxWait time.Duration) Grant {
-				t.Helper()
-				g := make([]Grant, 1)
-				st, err = s.Reserve(ctx, "a.example", lim, []Request{{ID: id, N: n, MaxWait: maxWait}}, g)
-				require.NoError(t, err)
-				return g[0]
-			}
-			require.Equal(t, granted(0), book(1, 1, -1))
-			require.Equal(t, granted(time.Second), book(2, 2, -1), "two units wait a window behind the first")
-			clock.Advance(time.Millisecond)
-			require.NoError(t, s.Cancel(ctx, "a.example", 2, 2))
-			// What a replica had: the first booking and the cancel.
-			keys := s.keys("a.example")
-			snap := map[string]string{}
-			for _, k := range keys[:2] {
-				if v, err := client.Dump(ctx, k).Result(); err == nil {
-					snap[k] = v
-				}
-			}
-			clock.Advance(99 * time.Millisecond)
-			g := book(3, 1, -1) // written to the old master only
-			require.Equal(t, granted(900*time.Millisecond+time.Microsecond), g, "past the cancelled slot")
-			for _, k := range keys[:2] {
-				require.NoError(t, client.Del(ctx, k).Err())
-				if v, ok := snap[k]; ok {
-					require.NoError(t, client.Restore(ctx, k, 0, v).Err())
-				}
-			}
-			clock.Advance(100 * time.Millisecond)
-			g = book(4, 1, 0)
-			require.False(t, g.OK, "the booking this process saw last is gone, and no cancel took it")
-			require.True(t, st.Lost, "the call that noticed says so")
-		})
-	}
-}
-
 // TestCancelIsNotALostLog: a process that saw another's booking as the
 // log's last entry does not take the log for lost when that booking is
 // cancelled: it is granted at once, as by a MemoryStore.

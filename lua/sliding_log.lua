@@ -1110,11 +1110,12 @@ elseif op == 'restore' then
     -- hold this restore may have set): kept with its TTL it could expire
     -- first and take the hold with it. A meta of the 32-byte form does
     -- not tell its own expiry: its TTL does.
+    local lasting = false -- meta has no TTL: it outlives the pause as it is
     if m and mexp == 0 then
       local ttl = call('PTTL', metakey)
-      if ttl > 0 then mexp = now + ttl * 1000 end
+      if ttl > 0 then mexp = now + ttl * 1000 elseif ttl == -1 then lasting = true end
     end
-    keep = keep or 0
+    if not lasting then keep = keep or 0 end
   end
   H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp)
   return {now, #add}

@@ -1275,6 +1275,43 @@ func TestCancelIsNotALostLog(t *testing.T) {
 	require.Zero(t, st.Paused)
 }
 
+// TestACancelFarAheadIsKeptUntilItsSlotPasses: a horizon of many windows
+// books slots far ahead; the cancel of the log's latest one is kept in
+// meta until a window after the horizon, not only for the liveness: a
+// process that saw the cancelled slot as the log's last does not take the
+// log for lost once meta's liveness has run out.
+func TestACancelFarAheadIsKeptUntilItsSlotPasses(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	prefix := redistest.KeyPrefix(t)
+	clock := newFakeClock()
+	store := func() *RedisStore {
+		s, err := NewRedisStore(client, WithKeyPrefix(prefix), WithLiveness(100*time.Millisecond), WithListLogs())
+		require.NoError(t, err)
+		s.now = clock.us.Load
+		return s
+	}
+	a, b := store(), store()
+	ageData(t, client, a)
+	ctx := context.Background()
+	lim := Limit{Limit: 1, Window: 50 * time.Millisecond, Ahead: 3 * time.Second}
+	g := make([]Grant, 1)
+	for i := range 20 { // queued waiters, a window apart, up to a second ahead
+		_, err := b.Reserve(ctx, "x.example", lim, []Request{{ID: uint64(i + 1), N: 1, MaxWait: -1}}, g)
+		require.NoError(t, err)
+		require.True(t, g[0].OK)
+	}
+	_, err := a.Reserve(ctx, "x.example", lim, []Request{{ID: 100, N: 1, MaxWait: 0}}, g)
+	require.NoError(t, err)
+	require.Equal(t, Grant{Delay: time.Second}, g[0], "a sees b's last booking")
+	require.NoError(t, b.Cancel(ctx, "x.example", 20, 1))
+	time.Sleep(300 * time.Millisecond) // past the liveness (four windows: 200 ms)
+	clock.Advance(300 * time.Millisecond)
+	st, err := a.Reserve(ctx, "x.example", lim, []Request{{ID: 101, N: 1, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.False(t, st.Lost, "the cancelled slot is still known")
+	require.Equal(t, granted(650*time.Millisecond), g[0], "after b's 19th booking, at 950 ms")
+}
+
 // TestCancelOfManyUnits: cancelling a request of many units with many
 // entries behind it removes exactly its units, keeps the others in order
 // and the log's TTL, and rewrites the part of the log it searched once

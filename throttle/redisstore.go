@@ -923,11 +923,18 @@ func (s *RedisStore) forget(now time.Time) {
 func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int) error {
 	rt := s.target(target)
 	// The script keeps the latest cancelled slot in the target's meta for
-	// as long as a mark keeps the live count (the liveness, at least two
-	// windows): by then no slot booked before the cancel is in a window.
+	// as long as a mark keeps the live count (the liveness, at least four
+	// windows), and until a window after the farthest slot a process books
+	// (the horizon): by then no slot booked before the cancel is in a
+	// window, nor can a process that saw the cancelled slot take its
+	// absence for a lost log.
 	keep := s.liveness
 	if a := rt.args.Load(); a != nil {
-		keep = livenessFor(s.liveness, a.lim.Window)
+		ahead := a.lim.Ahead
+		if ahead <= 0 {
+			ahead = a.lim.Window // the script's default horizon
+		}
+		keep = max(livenessFor(s.liveness, a.lim.Window), ahead+2*a.lim.Window)
 	}
 	args := []any{s.op("cancel"), us(keep)}
 	m := s.member(id)

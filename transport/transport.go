@@ -8,7 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fleetgate/fleetgate/backoff"
@@ -231,8 +233,13 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			resp = keep(resp) // the answer still, if the next attempt finds no slot in time
 		}
-		tr.cfg.logger.DebugContext(ctx, "fleetgate: retrying",
-			"host", host, "attempt", attempt+1, "delay", delay, "status", info.Status, "error", info.Err)
+		if info.Err != nil {
+			tr.cfg.logger.DebugContext(ctx, "fleetgate: retrying",
+				"host", host, "attempt", attempt+1, "delay", delay, "error", hidePassword(info.Err.Error(), req.URL))
+		} else {
+			tr.cfg.logger.DebugContext(ctx, "fleetgate: retrying",
+				"host", host, "attempt", attempt+1, "delay", delay, "status", info.Status)
+		}
 	}
 	if err != nil {
 		return nil, &Error{Host: host, Attempt: attempt, Err: err}
@@ -444,4 +451,20 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
+}
+
+// hidePassword returns msg, an attempt's error, with the password of u's
+// user, if any, shown as "xxxxx", as it is and as a URL escapes it: a base
+// that quotes the request's URL in its errors must not put the password
+// in a log line.
+func hidePassword(msg string, u *url.URL) string {
+	if u == nil || u.User == nil {
+		return msg
+	}
+	pw, ok := u.User.Password()
+	if !ok || pw == "" {
+		return msg
+	}
+	escaped := strings.TrimPrefix(url.UserPassword("", pw).String(), ":")
+	return strings.ReplaceAll(strings.ReplaceAll(msg, escaped, "xxxxx"), pw, "xxxxx")
 }

@@ -1,10 +1,12 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -836,4 +838,30 @@ func TestAttemptTimeoutCoversTheBody(t *testing.T) {
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 	require.NoError(t, resp.Body.Close())
 	between(t, 100*time.Millisecond, 2*time.Second, time.Since(start), "time to the failed read")
+}
+
+// baseFunc is a base RoundTripper made of a function.
+type baseFunc func(*http.Request) (*http.Response, error)
+
+func (f baseFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// TestRetryLogsHideTheURLsPassword: a base whose errors quote the
+// request's URL, password and all (a *url.Error of its own), does not put
+// the password in the retry's log line, escaped or not.
+func TestRetryLogsHideTheURLsPassword(t *testing.T) {
+	const pw = "s3cr/et"
+	base := baseFunc(func(req *http.Request) (*http.Response, error) {
+		return nil, &url.Error{Op: "Get", URL: req.URL.String(), Err: fmt.Errorf("reset by %s: %w", pw, syscall.ECONNRESET)}
+	})
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	tr := transport.New(base, newThrottler(t, "100/1s"), fastRetries(), transport.WithRetries(2), transport.WithLogger(log))
+	req, err := http.NewRequest(http.MethodGet, "http://alice:"+url.PathEscape(pw)+"@example.test/x", nil)
+	require.NoError(t, err)
+	_, err = tr.RoundTrip(req)
+	require.Error(t, err)
+	out := buf.String()
+	require.Contains(t, out, "fleetgate: retrying")
+	require.Contains(t, out, "alice:xxxxx@example.test")
+	require.NotContains(t, out, "s3cr")
 }

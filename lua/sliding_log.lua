@@ -77,7 +77,9 @@
 --              store their count in meta; negative: read the count from
 --              meta, unless the log was lost (then mark at once),
 --            the latest slot (us) this process has seen in the log, 0 if
---              none,
+--              none; negative (minus the slot) when that is a booking of
+--              this process's own that it has not cancelled since: only a
+--              loss takes it away, whatever other cancels removed,
 --            full: 1 when this process's latest decision found the window
 --              full (the log is then read from its tail first), 2 when
 --              besides none of the block's requests waits (max wait 0:
@@ -605,7 +607,12 @@ if op == 'reserve' then
     -- until a window after that, for the lost slots of every process. (Not
     -- again once the pause covers the slot seen: refusals, which write
     -- nothing, would push it on at every call.)
-    if seen > cutoff and seen > cancelled and (len == 0 or seen > last) and seen + window > pause then
+    -- A slot seen at or before the latest cancelled one may be that one,
+    -- or one cancelled before it; not a booking of the caller's own, which
+    -- only the caller cancels (its seen is then negative).
+    local excused = cancelled
+    if seen < 0 then seen, excused = -seen, 0 end
+    if seen > cutoff and seen > excused and (len == 0 or seen > last) and seen + window > pause then
       if ahead == 0 then ahead = window end
       lost = true
       if now + ahead + window > pause then pause = now + ahead + window end

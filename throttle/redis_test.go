@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -1248,6 +1250,143 @@ func fakeClockStore(t *testing.T) (*RedisStore, *redis.Client, *fakeClock) {
 	clock := newFakeClock()
 	s.now = clock.us.Load
 	return s, client, clock
+}
+
+// TestALostBookingBelowACancelledOneIsNoticed: a slot booked after a
+// cancel of the log's latest booking may lie below the cancelled slot (the
+// cancelled request was of more units), which the script keeps so that a
+// process that saw it does not take its absence for a loss. When Redis
+// loses that booking (a failover to a replica that lacked it), the process
+// that made it notices, whether it made the cancelled booking too or never
+// saw it: only a loss takes away a booking of its own it did not cancel.
+func TestALostBookingBelowACancelledOneIsNoticed(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		listLogs  bool
+		cancelled string // who made and cancelled the later booking
+	}{
+		{"inline, cancelled by the same process", false, "same"},
+		{"list, cancelled by the same process", true, "same"},
+		{"inline, cancelled by a process it never saw", false, "other"},
+		{"list, cancelled by a process it never saw", true, "other"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := redistest.StartServer(t).Client(t)
+			prefix := redistest.KeyPrefix(t)
+			clock := newFakeClock()
+			store := func() *RedisStore {
+				opts := []RedisOption{WithKeyPrefix(prefix)}
+				if tc.listLogs {
+					opts = append(opts, WithListLogs())
+				}
+				s, err := NewRedisStore(client, opts...)
+				require.NoError(t, err)
+				s.now = clock.us.Load // and the data is old
+				return s
+			}
+			p, q := store(), store()
+			if tc.cancelled == "same" {
+				q = p
+			}
+			ctx := context.Background()
+			lim := Limit{Limit: 2, Window: time.Second}
+			var st State
+			var err error
+			book := func(s *RedisStore, id uint64, n int, maxWait time.Duration) Grant {
+				t.Helper()
+				g := make([]Grant, 1)
+				st, err = s.Reserve(ctx, "a.example", lim, []Request{{ID: id, N: n, MaxWait: maxWait}}, g)
+				require.NoError(t, err)
+				return g[0]
+			}
+			keys := p.keys("a.example")
+			require.Equal(t, granted(0), book(q, 1, 1, -1))
+			require.Equal(t, granted(time.Second), book(q, 2, 2, -1), "two units wait a window behind the first")
+			clock.Advance(time.Millisecond)
+			require.NoError(t, q.Cancel(ctx, "a.example", 2, 2))
+			// What a replica had: the first booking and the cancel.
+			snap := map[string]string{}
+			for _, k := range keys[:2] {
+				if v, err := client.Dump(ctx, k).Result(); err == nil {
+					snap[k] = v
+				}
+			}
+			clock.Advance(99 * time.Millisecond)
+			require.Equal(t, granted(0), book(p, 3, 1, -1), "the room the cancel gave back, at once") // written to the old master only
+			for _, k := range keys[:2] {
+				require.NoError(t, client.Del(ctx, k).Err())
+				if v, ok := snap[k]; ok {
+					require.NoError(t, client.Restore(ctx, k, 0, v).Err())
+				}
+			}
+			clock.Advance(100 * time.Millisecond)
+			g := book(p, 4, 1, 0)
+			require.False(t, g.OK, "the booking this process made and saw last is gone, and it did not cancel it")
+			require.True(t, st.Lost, "the call that noticed says so")
+		})
+	}
+}
+
+// TestCancelsAreNeverTakenForALoss: processes that book and give their
+// bookings back (the log's end among them, again and again, in any order)
+// never take the log for lost: a process's own bookings are gone only by
+// its own cancels, which it notes.
+func TestCancelsAreNeverTakenForALoss(t *testing.T) {
+	for _, listLogs := range []bool{false, true} {
+		t.Run(fmt.Sprintf("list logs %v", listLogs), func(t *testing.T) {
+			client := redistest.StartServer(t).Client(t)
+			prefix := redistest.KeyPrefix(t)
+			clock := newFakeClock()
+			var procs []*RedisStore
+			for range 3 {
+				opts := []RedisOption{WithKeyPrefix(prefix)}
+				if listLogs {
+					opts = append(opts, WithListLogs())
+				}
+				s, err := NewRedisStore(client, opts...)
+				require.NoError(t, err)
+				s.now = clock.us.Load // and the data is old
+				procs = append(procs, s)
+			}
+			ctx := context.Background()
+			lim := Limit{Limit: 3, Window: 100 * time.Millisecond}
+			rnd := rand.New(rand.NewPCG(1, 2))
+			type booking struct {
+				s  *RedisStore
+				id uint64
+				n  int
+			}
+			var held []booking
+			cancels := 0
+			for i := range 2000 {
+				s := procs[rnd.IntN(len(procs))]
+				switch {
+				case len(held) > 0 && rnd.IntN(2) == 0: // give one back, most often the latest
+					j := len(held) - 1
+					if rnd.IntN(3) == 0 {
+						j = rnd.IntN(len(held))
+					}
+					b := held[j]
+					held = append(held[:j], held[j+1:]...)
+					require.NoError(t, b.s.Cancel(ctx, "x.example", b.id, b.n))
+					cancels++
+				default:
+					n := 1 + rnd.IntN(2)
+					g := make([]Grant, 1)
+					st, err := s.Reserve(ctx, "x.example", lim, []Request{{ID: uint64(i + 1), N: n, MaxWait: -1}}, g)
+					require.NoError(t, err)
+					require.False(t, st.Lost, "decision %d", i)
+					require.True(t, g[0].OK)
+					held = append(held, booking{s, uint64(i + 1), n})
+				}
+				if rnd.IntN(4) == 0 {
+					clock.Advance(time.Duration(rnd.IntN(60)) * time.Millisecond)
+					held = slices.DeleteFunc(held, func(booking) bool { return rnd.IntN(4) == 0 }) // sent
+				}
+			}
+			require.Greater(t, cancels, 500)
+		})
+	}
 }
 
 // TestCancelIsNotALostLog: a process that saw another's booking as the

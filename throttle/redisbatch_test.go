@@ -502,7 +502,7 @@ func TestRedisStoreTargetTwiceInARun(t *testing.T) {
 	ctx := context.Background()
 	lim := Limit{Limit: 5, Window: 10 * time.Second}
 	rt := s.target("x.example")
-	rt.seen.Store(now - time.Second.Microseconds()) // this process saw an entry a second ago; Redis has none
+	rt.seen.Store((now - time.Second.Microseconds()) << 2) // this process saw an entry a second ago; Redis has none
 	var calls []*reserveCall
 	for range 2 {
 		reqs := []Request{{ID: nextID(), N: 1, MaxWait: -1}} // booked at the pause's end

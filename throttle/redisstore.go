@@ -112,9 +112,14 @@ type redisTarget struct {
 	epoch   atomic.Pointer[any] // the epoch key of the target's Cluster slot, once needed
 	marked  atomic.Int64        // when this process last marked itself live here (unix ns)
 	used    atomic.Int64        // when this process last called Reserve here (unix ns)
-	seen    atomic.Int64        // the latest slot seen in the log (server µs), to notice a lost log
-	full    atomic.Bool         // the latest decision found the window full: the script reads the log's tail first
-	args    atomic.Pointer[limitArgs]
+	// seen is the latest slot seen in the log (server µs), to notice a
+	// lost log, times four; plus one while a booking of this process's
+	// own, not cancelled since, is at that slot; plus two once this
+	// process cancelled a booking of its own while one was there (see
+	// sawLast).
+	seen atomic.Int64
+	full atomic.Bool // the latest decision found the window full: the script reads the log's tail first
+	args atomic.Pointer[limitArgs]
 }
 
 // limitArgs are the first numbers of a reserve block for a Limit (limit,
@@ -740,7 +745,12 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 				}
 			}
 		}
-		nums = appendNums(append(nums, hb...), c.rt.seen.Load(), full, int64(len(c.reqs)))
+		seen := c.rt.seen.Load()
+		slot := seen >> 2
+		if seen&1 == 1 && !legacy {
+			slot = -slot // its own: gone, it was lost, whatever a cancel took
+		}
+		nums = appendNums(append(nums, hb...), slot, full, int64(len(c.reqs)))
 		if !legacy {
 			nums = appendNums(nums, s.procNum)
 		}
@@ -810,8 +820,14 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 	var tail int64
 	if reset > 0 { // the log's last entry is now + reset - window
 		last := now + reset - window
-		for prev := rt.seen.Load(); last > prev && !rt.seen.CompareAndSwap(prev, last); prev = rt.seen.Load() {
+		own := false // this call booked the last entry
+		for _, d := range vals[4:] {
+			if d >= 0 && now+d == last {
+				own = true
+				break
+			}
 		}
+		rt.sawLast(last, own)
 		tail = max(reset-window, 0)
 	}
 	live := vals[2]
@@ -824,6 +840,46 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 		Joined:     live < 0,
 		Tail:       fromUS(tail),
 		Paused:     fromUS(vals[3]),
+	}
+}
+
+// sawLast records last, a slot the log ended with, as the latest seen when
+// it is later than that, or whatever it is after this process cancelled
+// its own booking at the slot seen; own: this process booked it.
+//
+// A process's own booking is gone only when Redis lost it or the process
+// cancelled it, so the script takes its absence for a loss whatever other
+// cancels removed. That matters for a slot booked below one cancelled
+// before: seen as any other, it would pass for the cancelled one. And
+// after the process cancelled the booking it saw last, the next slot the
+// log ends with takes its place, lower or not: the cancelled slot tells
+// nothing more.
+func (rt *redisTarget) sawLast(last int64, own bool) {
+	bit := int64(0)
+	if own {
+		bit = 1
+	}
+	for {
+		prev := rt.seen.Load()
+		var next int64
+		switch {
+		case prev&2 != 0 || last > prev>>2:
+			next = last<<2 | bit
+		case last == prev>>2 && own && prev&1 == 0:
+			next = prev | 1
+		default:
+			return
+		}
+		if rt.seen.CompareAndSwap(prev, next) {
+			return
+		}
+	}
+}
+
+// cancelled notes that this process cancels a booking of its own, which
+// may be the one at the slot seen last (see sawLast).
+func (rt *redisTarget) cancelled() {
+	for prev := rt.seen.Load(); prev&1 == 1 && !rt.seen.CompareAndSwap(prev, prev&^1|2); prev = rt.seen.Load() {
 	}
 }
 
@@ -911,7 +967,7 @@ func (s *RedisStore) forget(now time.Time) {
 		if a := rt.args.Load(); a != nil {
 			w = a.lim.Window
 		}
-		if rt.used.Load() < idle && rt.seen.Load() < now.Add(-w-time.Minute).UnixMicro() {
+		if rt.used.Load() < idle && rt.seen.Load()>>2 < now.Add(-w-time.Minute).UnixMicro() {
 			s.targets.Delete(k)
 			s.count.Add(-1)
 		}
@@ -922,6 +978,7 @@ func (s *RedisStore) forget(now time.Time) {
 // Cancel implements Store.
 func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int) error {
 	rt := s.target(target)
+	rt.cancelled()
 	// The script keeps the latest cancelled slot in the target's meta for
 	// as long as a mark keeps the live count (the liveness, at least four
 	// windows), and until a window after the farthest slot a process books

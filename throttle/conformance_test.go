@@ -159,6 +159,15 @@ var storeCases = []storeCase{
 		require.Equal(t, granted(0), g)
 		require.Equal(t, 0, st.Remaining)
 	}},
+	{"a bad limit is an error and books nothing", func(t *testing.T, h *harness) {
+		for _, lim := range []Limit{{Limit: 0, Window: sec}, {Limit: 1, Window: 0}, {Limit: 1, Window: sec, Gap: -1}} {
+			_, err := h.s.Reserve(context.Background(), h.target, lim, []Request{{ID: 1, N: 1, MaxWait: -1}}, make([]Grant, 1))
+			require.ErrorContains(t, err, "bad limit", "%+v", lim)
+		}
+		g, st, _ := h.reserve(t, Limit{Limit: 1, Window: sec}, 1, 0)
+		require.Equal(t, granted(0), g)
+		require.Equal(t, 0, st.Remaining)
+	}},
 	{"a pause holds everyone and only grows", func(t *testing.T, h *harness) {
 		lim := Limit{Limit: 5, Window: sec}
 		ctx := context.Background()

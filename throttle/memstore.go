@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -151,8 +152,12 @@ func (t *memTarget) last() (int64, bool) {
 	return t.log[len(t.log)-1].at, true
 }
 
-// Reserve implements Store.
+// Reserve implements Store. A limit below 1, a window under a microsecond
+// or a negative gap is an error, as in RedisStore.
 func (s *MemoryStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	if lim.Limit < 1 || lim.Window < time.Microsecond || lim.Gap < 0 {
+		return State{}, fmt.Errorf("memory store: reserve %q: bad limit %d per %v, gap %v", target, lim.Limit, lim.Window, lim.Gap)
+	}
 	st, _ := s.reserve(target, lim, reqs, grants)
 	return st, nil
 }

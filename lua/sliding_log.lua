@@ -130,8 +130,11 @@
 --          store's data is young then reads as held until reserve's hold
 --          ends (a process asks before it sends on a slot it booked, which
 --          Redis may have lost since with every pause the fleet heard of).
---          Reply: {now, pause us remaining, 1 when that is the hold, else
---          0}.
+--          It may add ARGV[6], the member of the booking the caller is
+--          about to send on: when the log no longer holds it, Redis lost
+--          it, and the target is held as a reserve holds a lost log.
+--          Reply: {now, pause us remaining, 1 when that is the young
+--          store's hold, 2 when the booking was lost, else 0}.
 -- epoch:   KEYS: epoch keys. Makes each missing one, renews each with less
 --          than half its TTL left. A store on a Cluster runs it for every
 --          slot's key (see epoch, above). Reply: {now, keys made}.
@@ -1002,6 +1005,46 @@ elseif op == 'pause' then
     if ahead == 0 then ahead = window end
     local hold = epoch + ahead + window - now
     if hold > left then left, held = hold, 1 end
+  end
+  local member = window and ARGV[6]
+  if member and held == 0 then
+    -- The caller is about to send on its booking member: is it still in
+    -- the log? (Searched from the end, in growing chunks: a booking about
+    -- to be sent is among the latest.)
+    local found = false
+    if n >= 0 then
+      for _, e in ipairs(H.entries(inline, n)) do
+        if sub(e, MEMBER) == member then
+          found = true
+          break
+        end
+      end
+    else
+      local to, chunk = pcall('LLEN', log), 8
+      if type(to) ~= 'number' then found = true end -- not a list: an older layout, taken as kept
+      while not found and type(to) == 'number' and to > 0 do
+        local from = math.max(0, to - chunk)
+        local es = call('LRANGE', log, fmt('%d', from), fmt('%d', to - 1))
+        for i = #es, 1, -1 do
+          if sub(es[i], MEMBER) == member then
+            found = true
+            break
+          end
+        end
+        to, chunk = from, chunk * 2
+      end
+    end
+    if not found then
+      -- Redis lost it (a failover to a replica that lacked it): held as a
+      -- reserve that notices a lost log holds it, for the lost bookings
+      -- of every process.
+      if ahead == 0 then ahead = window end
+      if now + ahead + window > cur then
+        cur = now + ahead + window
+        H.write_meta(metakey, now, cur, live, cancelled, expires, keep, mexp, n, inline)
+      end
+      left, held = cur - now, 2
+    end
   end
   return {now, left, held}
 

@@ -17,6 +17,13 @@ type pauseReader interface {
 	readPause(ctx context.Context, target string) (time.Duration, bool, error)
 }
 
+// bookingChecker is a store that can tell, with the pause, whether a
+// booking is still in the log (a RedisStore: Redis may lose it in a
+// failover).
+type bookingChecker interface {
+	checkBooking(ctx context.Context, target string, id uint64, n int) (left time.Duration, young, lost bool, err error)
+}
+
 // enterFallback switches tg to the failure policy after a store error.
 func (t *Throttler) enterFallback(tg *target, cause error) {
 	now := t.cfg.now()

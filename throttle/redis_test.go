@@ -1327,6 +1327,57 @@ func TestALostBookingBelowACancelledOneIsNoticed(t *testing.T) {
 	}
 }
 
+// TestALostBookingIsNotSentOn: a process about to send on a slot it booked
+// asks the store (Reservation.Paused, as the transport does) whether the
+// fleet is paused, and in the same call whether its booking is still in
+// the log. Redis that failed over to a replica that lacked the booking
+// has lost it, and another process has booked the same slot: the answer
+// is a hold, for the lost bookings of every process, so the first gives
+// its slot back instead of sending a request too many.
+func TestALostBookingIsNotSentOn(t *testing.T) {
+	client, process := processesOnOneRedis(t, "*=2/1s")
+	ctx := context.Background()
+	p, q := process(), process()
+	ageData(t, client, p.store.(*RedisStore))
+	logs := &logRecorder{}
+	p.cfg.logger = slog.New(logs)
+	for range 2 {
+		d, err := p.Allow(ctx, "x.example")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	keys := p.store.(*RedisStore).keys("x.example")
+	snap := map[string]string{} // what a replica had
+	for _, k := range keys[:2] {
+		if v, err := client.Dump(ctx, k).Result(); err == nil {
+			snap[k] = v
+		}
+	}
+	r, err := p.ReserveN(ctx, "x.example", 1)
+	require.NoError(t, err)
+	require.Greater(t, r.Delay(), 500*time.Millisecond, "booked a window on")
+	left, err := r.Paused(ctx)
+	require.NoError(t, err)
+	require.Zero(t, left, "the booking is there")
+
+	for _, k := range keys[:2] { // the failover
+		require.NoError(t, client.Del(ctx, k).Err())
+		if v, ok := snap[k]; ok {
+			require.NoError(t, client.Restore(ctx, k, 0, v).Err())
+		}
+	}
+	r2, err := q.ReserveN(ctx, "x.example", 1)
+	require.NoError(t, err)
+	require.InDelta(t, r.Delay(), r2.Delay(), float64(50*time.Millisecond), "q books the lost slot again")
+	left, err = r.Paused(ctx)
+	require.NoError(t, err)
+	require.Greater(t, left, time.Second, "held for a horizon and a window")
+	require.Equal(t, 1, logs.count("lost bookings"), "%q", logs.msgs)
+	d, err := q.Allow(ctx, "x.example")
+	require.NoError(t, err)
+	require.False(t, d.Allowed, "the fleet is held")
+}
+
 // TestCancelsAreNeverTakenForALoss: processes that book and give their
 // bookings back (the log's end among them, again and again, in any order)
 // never take the log for lost: a process's own bookings are gone only by

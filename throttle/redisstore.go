@@ -1018,17 +1018,41 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 // booked earlier then does not send on a slot Redis forgot, inside a pause
 // the fleet heard of and Redis forgot with it.
 func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
-	left, _, err := s.pause(ctx, target, d)
+	left, _, err := s.pause(ctx, target, d, "")
 	return left, err
 }
 
 // readPause is Pause(ctx, target, 0) that also reports whether what is
 // left is the young store's hold (the Throttler logs it).
 func (s *RedisStore) readPause(ctx context.Context, target string) (time.Duration, bool, error) {
-	return s.pause(ctx, target, 0)
+	left, held, err := s.pause(ctx, target, 0, "")
+	return left, held == heldYoung, err
 }
 
-func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration) (time.Duration, bool, error) {
+// checkBooking is readPause for a caller about to send on its booking id
+// (of n units) of target, in the same call: lost reports that the log no
+// longer holds the booking. Redis lost it (a failover to a replica that
+// lacked it), and another process may have booked its slot since; the
+// store then holds the target as for a lost log, and left is that hold.
+func (s *RedisStore) checkBooking(ctx context.Context, target string, id uint64, n int) (left time.Duration, young, lost bool, err error) {
+	m := s.member(id)
+	if n > 1 {
+		m += ".1"
+	}
+	left, held, err := s.pause(ctx, target, 0, m)
+	return left, held == heldYoung, held == heldLost, err
+}
+
+// What a read of the pause found besides the pause (the script's reply).
+const (
+	heldNone  = 0
+	heldYoung = 1 // the young store's hold
+	heldLost  = 2 // the booking checked is gone
+)
+
+// pause sets (d > 0) or reads target's pause; a read may check that the
+// log still holds member ("" for none).
+func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, member string) (time.Duration, int64, error) {
 	args := []any{s.op("pause"), us(max(d, 0)), us(s.liveness)}
 	rt := s.target(target)
 	a := rt.args.Load()
@@ -1037,12 +1061,20 @@ func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration) 
 	if d > 0 || a == nil || s.script != nil { // a write, no booking here, or another release's script
 		vals, err = s.runKeys(ctx, target, rt.keyArgs, 2, args)
 	} else {
-		vals, err = s.runWithEpoch(ctx, target, rt, append(args, us(a.lim.Window), us(a.lim.Ahead)))
+		args = append(args, us(a.lim.Window), us(a.lim.Ahead))
+		if member != "" {
+			args = append(args, member)
+		}
+		vals, err = s.runWithEpoch(ctx, target, rt, args)
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, heldNone, err
 	}
-	return fromUS(vals[1]), len(vals) > 2 && vals[2] == 1, nil
+	held := int64(heldNone)
+	if len(vals) > 2 {
+		held = vals[2]
+	}
+	return fromUS(vals[1]), held, nil
 }
 
 // Restore implements Store. A target whose log is empty while the store's

@@ -575,6 +575,41 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 	return max(left, fleet), nil
 }
 
+// Paused returns what is left of the fleet-wide pause on r's target, as
+// Throttler.Paused does, for a caller about to send on r. On a RedisStore
+// it also checks, in the same call, that the store still holds r's
+// booking: Redis that failed over to a replica that lacked it has lost it,
+// and another process may have booked its slot since. The store then holds
+// the target as for a lost log (README, "When the store fails"), and
+// Paused returns that hold: the caller gives r back and books again, as
+// for a pause.
+func (r *Reservation) Paused(ctx context.Context) (time.Duration, error) {
+	t := r.t
+	c, ok := t.store.(bookingChecker)
+	if !ok || r.via != viaStore || r.done.Load() || t.closed.Load() {
+		return t.Pause(ctx, r.tg.name, 0)
+	}
+	now := t.cfg.now()
+	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
+	defer cancel()
+	fleet, young, lost, err := c.checkBooking(sctx, r.tg.name, r.id, r.n)
+	if err != nil {
+		return t.Pause(ctx, r.tg.name, 0) // the local copy answers, as Pause's does
+	}
+	switch {
+	case lost:
+		t.logLost(r.tg, now, fleet)
+	case young:
+		t.logYoung(r.tg, now, fleet)
+	}
+	if known := t.knownPause(r.tg, t.cfg.now()); known > fleet+max(t.cfg.margin, MinStale) {
+		return t.Pause(ctx, r.tg.name, 0) // the store lost a pause this process knows of: Pause writes it back
+	}
+	r.tg.pauseUntil(now.Add(fleet))
+	local, _ := t.local.Pause(ctx, r.tg.name, 0)
+	return max(min(local, t.cfg.maxPause), fleet), nil
+}
+
 // Paused returns what is left of host's fleet-wide pause, 0 when there is
 // none. When the store fails it answers from the local copy; when the
 // store has lost a pause this process knows of (Redis restarted empty), it

@@ -319,7 +319,7 @@ func (tr *Transport) wait(ctx context.Context, host string) (*throttle.Reservati
 			if err := sleepFor(ctx, r, d-pauseCheckLead); err != nil {
 				return nil, err
 			}
-			left, _ = tr.t.Paused(ctx, host) // on a store error, the local copy answers
+			left, _ = r.Paused(ctx) // on a store error, the local copy answers
 		}
 		if left <= 0 {
 			if err := sleepFor(ctx, r, r.Delay()); err != nil {

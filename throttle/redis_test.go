@@ -1378,6 +1378,34 @@ func TestALostBookingIsNotSentOn(t *testing.T) {
 	require.False(t, d.Allowed, "the fleet is held")
 }
 
+// TestABookingWhoseSlotHasComeIsNotChecked: once a reservation's slot has
+// come, a later decision may cut its entry from the log (a window after
+// it); a caller that asks that late (a starved process) is told the pause
+// alone, and nothing is taken for lost.
+func TestABookingWhoseSlotHasComeIsNotChecked(t *testing.T) {
+	client, process := processesOnOneRedis(t, "*=2/100ms")
+	ctx := context.Background()
+	p, q := process(), process()
+	ageData(t, client, p.store.(*RedisStore))
+	logs := &logRecorder{}
+	p.cfg.logger = slog.New(logs)
+	for range 2 {
+		_, err := p.Allow(ctx, "x.example")
+		require.NoError(t, err)
+	}
+	r, err := p.ReserveN(ctx, "x.example", 1)
+	require.NoError(t, err)
+	require.Positive(t, r.Delay())
+	time.Sleep(r.Delay() + 2*(100*time.Millisecond+DefaultMargin)) // two windows past the slot
+	d, err := q.Allow(ctx, "x.example")                            // cuts the dead entries
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	left, err := r.Paused(ctx)
+	require.NoError(t, err)
+	require.Zero(t, left)
+	require.Zero(t, logs.count("lost bookings"), "%q", logs.msgs)
+}
+
 // TestCancelsAreNeverTakenForALoss: processes that book and give their
 // bookings back (the log's end among them, again and again, in any order)
 // never take the log for lost: a process's own bookings are gone only by

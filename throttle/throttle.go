@@ -576,25 +576,31 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 }
 
 // Paused returns what is left of the fleet-wide pause on r's target, as
-// Throttler.Paused does, for a caller about to send on r. On a RedisStore
-// it also checks, in the same call, that the store still holds r's
-// booking: Redis that failed over to a replica that lacked it has lost it,
-// and another process may have booked its slot since. The store then holds
-// the target as for a lost log (README, "When the store fails"), and
-// Paused returns that hold: the caller gives r back and books again, as
-// for a pause.
+// Throttler.Paused does, for a caller about to send on r. On a RedisStore,
+// while r's slot is still ahead, it also checks, in the same call, that
+// the store still holds r's booking: Redis that failed over to a replica
+// that lacked it has lost it, and another process may have booked its
+// slot since. The store then holds the target as for a lost log (README,
+// "When the store fails"), and Paused returns that hold: the caller gives
+// r back and books again, as for a pause. (Once the slot has come, a
+// later decision may have cut its entry, and it is not checked.) It must
+// not run while r is being cancelled: a booking cancelled meanwhile reads
+// as lost.
 func (r *Reservation) Paused(ctx context.Context) (time.Duration, error) {
 	t := r.t
 	c, ok := t.store.(bookingChecker)
-	if !ok || r.via != viaStore || r.done.Load() || t.closed.Load() {
+	now := t.cfg.now()
+	if !ok || r.via != viaStore || r.done.Load() || t.closed.Load() || !now.Before(r.at) {
 		return t.Pause(ctx, r.tg.name, 0)
 	}
-	now := t.cfg.now()
+	local, _ := t.local.Pause(ctx, r.tg.name, 0)
+	local = min(local, t.cfg.maxPause) // kept on the wall clock, which may have been set back
+	r.tg.pauseUntil(now.Add(local))
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
 	defer cancel()
 	fleet, young, lost, err := c.checkBooking(sctx, r.tg.name, r.id, r.n)
 	if err != nil {
-		return t.Pause(ctx, r.tg.name, 0) // the local copy answers, as Pause's does
+		return local, fmt.Errorf("throttle: pause %q: %w", r.tg.name, err) // the local copy answers
 	}
 	switch {
 	case lost:
@@ -606,8 +612,7 @@ func (r *Reservation) Paused(ctx context.Context) (time.Duration, error) {
 		return t.Pause(ctx, r.tg.name, 0) // the store lost a pause this process knows of: Pause writes it back
 	}
 	r.tg.pauseUntil(now.Add(fleet))
-	local, _ := t.local.Pause(ctx, r.tg.name, 0)
-	return max(min(local, t.cfg.maxPause), fleet), nil
+	return max(local, fleet), nil
 }
 
 // Paused returns what is left of host's fleet-wide pause, 0 when there is

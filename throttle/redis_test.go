@@ -713,6 +713,31 @@ func TestLostLogHoldsTheTarget(t *testing.T) {
 	require.Greater(t, ttl, time.Duration(0), "the heartbeat made anew after the restart has a TTL")
 }
 
+// replicaOf takes what a replica has of keys now (it fails the test if
+// none exists), and returns the failover to it: each key is replaced by
+// that copy, or deleted if it had none, as if Redis promoted a replica
+// that lacked every write made since.
+func replicaOf(t *testing.T, client *redis.Client, keys []string) (failover func()) {
+	t.Helper()
+	ctx := context.Background()
+	snap := map[string]string{}
+	for _, k := range keys {
+		if v, err := client.Dump(ctx, k).Result(); err == nil {
+			snap[k] = v
+		}
+	}
+	require.NotEmpty(t, snap, "a replica has something of %v", keys)
+	return func() {
+		t.Helper()
+		for _, k := range keys {
+			require.NoError(t, client.Del(ctx, k).Err())
+			if v, ok := snap[k]; ok {
+				require.NoError(t, client.Restore(ctx, k, 0, v).Err())
+			}
+		}
+	}
+}
+
 // TestLostLatestWritesHoldTheTarget: Redis that lost a log's latest
 // entries but not the log (a replica promoted before it had them) is
 // noticed by a process that saw one of them, whatever the entries left:
@@ -746,21 +771,10 @@ func TestLostLatestWritesHoldTheTarget(t *testing.T) {
 				require.True(t, book("a.example", uint64(i+1), -1).OK)
 			}
 			// What a replica had: the log with three entries.
-			snap := map[string]string{}
-			for _, k := range keys[:2] {
-				if v, err := client.Dump(ctx, k).Result(); err == nil {
-					snap[k] = v
-				}
-			}
-			require.NotEmpty(t, snap)
+			failover := replicaOf(t, client, keys[:2])
 			clock.Advance(100 * time.Millisecond)
 			require.True(t, book("a.example", 4, -1).OK) // written to the old master only
-			for _, k := range keys[:2] {
-				require.NoError(t, client.Del(ctx, k).Err())
-				if v, ok := snap[k]; ok {
-					require.NoError(t, client.Restore(ctx, k, 0, v).Err())
-				}
-			}
+			failover()
 			clock.Advance(100 * time.Millisecond)
 			if tc.cancelFirst {
 				// A waiter of this process gives its surviving slot back
@@ -1305,20 +1319,10 @@ func TestALostBookingBelowACancelledOneIsNoticed(t *testing.T) {
 			clock.Advance(time.Millisecond)
 			require.NoError(t, q.Cancel(ctx, "a.example", 2, 2))
 			// What a replica had: the first booking and the cancel.
-			snap := map[string]string{}
-			for _, k := range keys[:2] {
-				if v, err := client.Dump(ctx, k).Result(); err == nil {
-					snap[k] = v
-				}
-			}
+			failover := replicaOf(t, client, keys[:2])
 			clock.Advance(99 * time.Millisecond)
 			require.Equal(t, granted(0), book(p, 3, 1, -1), "the room the cancel gave back, at once") // written to the old master only
-			for _, k := range keys[:2] {
-				require.NoError(t, client.Del(ctx, k).Err())
-				if v, ok := snap[k]; ok {
-					require.NoError(t, client.Restore(ctx, k, 0, v).Err())
-				}
-			}
+			failover()
 			clock.Advance(100 * time.Millisecond)
 			g := book(p, 4, 1, 0)
 			require.False(t, g.OK, "the booking this process made and saw last is gone, and it did not cancel it")
@@ -1346,13 +1350,7 @@ func TestALostBookingIsNotSentOn(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, d.Allowed)
 	}
-	keys := p.store.(*RedisStore).keys("x.example")
-	snap := map[string]string{} // what a replica had
-	for _, k := range keys[:2] {
-		if v, err := client.Dump(ctx, k).Result(); err == nil {
-			snap[k] = v
-		}
-	}
+	failover := replicaOf(t, client, p.store.(*RedisStore).keys("x.example")[:2])
 	r, err := p.ReserveN(ctx, "x.example", 1)
 	require.NoError(t, err)
 	require.Greater(t, r.Delay(), 500*time.Millisecond, "booked a window on")
@@ -1360,12 +1358,7 @@ func TestALostBookingIsNotSentOn(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, left, "the booking is there")
 
-	for _, k := range keys[:2] { // the failover
-		require.NoError(t, client.Del(ctx, k).Err())
-		if v, ok := snap[k]; ok {
-			require.NoError(t, client.Restore(ctx, k, 0, v).Err())
-		}
-	}
+	failover()
 	r2, err := q.ReserveN(ctx, "x.example", 1)
 	require.NoError(t, err)
 	require.InDelta(t, r.Delay(), r2.Delay(), float64(50*time.Millisecond), "q books the lost slot again")

@@ -545,7 +545,13 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 	if err != nil {
 		return 0, err
 	}
-	d = min(max(d, 0), t.cfg.maxPause)
+	return t.pauseOn(ctx, tg, min(max(d, 0), t.cfg.maxPause), nil)
+}
+
+// pauseOn is Pause for tg. A read (d 0) asks the store with check when it
+// is not nil (a RedisStore's check of a booking), else with the store's
+// own read.
+func (t *Throttler) pauseOn(ctx context.Context, tg *target, d time.Duration, check func(context.Context) (fleet time.Duration, young, lost bool, err error)) (time.Duration, error) {
 	now := t.cfg.now()
 	left, _ := t.local.Pause(ctx, tg.name, d)
 	left = min(left, t.cfg.maxPause) // kept on the wall clock, which may have been set back
@@ -553,16 +559,25 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
 	defer cancel()
 	var fleet time.Duration
-	if r, ok := t.store.(pauseReader); ok && d == 0 {
-		var held bool
-		if fleet, held, err = r.readPause(sctx, tg.name); held {
-			t.logYoung(tg, now, fleet) // the caller gives its slot back for it
-		}
-	} else {
+	var young, lost bool
+	var err error
+	r, reads := t.store.(pauseReader)
+	switch {
+	case d == 0 && check != nil:
+		fleet, young, lost, err = check(sctx)
+	case d == 0 && reads:
+		fleet, young, err = r.readPause(sctx, tg.name)
+	default:
 		fleet, err = t.store.Pause(sctx, tg.name, d)
 	}
 	if err != nil {
-		return left, fmt.Errorf("throttle: pause %q: %w", tg.name, err)
+		return left, fmt.Errorf("throttle: pause %q: %w", tg.name, err) // the local copy answers
+	}
+	switch { // the caller gives its slot back for either
+	case lost:
+		t.logLost(tg, now, fleet)
+	case young:
+		t.logYoung(tg, now, fleet)
 	}
 	if known := t.knownPause(tg, t.cfg.now()); known > fleet+max(t.cfg.margin, MinStale) {
 		// The store lost a pause this process knows of (Redis restarted
@@ -588,31 +603,16 @@ func (t *Throttler) Pause(ctx context.Context, host string, d time.Duration) (ti
 // as lost.
 func (r *Reservation) Paused(ctx context.Context) (time.Duration, error) {
 	t := r.t
-	c, ok := t.store.(bookingChecker)
-	now := t.cfg.now()
-	if !ok || r.via != viaStore || r.done.Load() || t.closed.Load() || !now.Before(r.at) {
-		return t.Pause(ctx, r.tg.name, 0)
+	if t.closed.Load() {
+		return 0, ErrClosed
 	}
-	local, _ := t.local.Pause(ctx, r.tg.name, 0)
-	local = min(local, t.cfg.maxPause) // kept on the wall clock, which may have been set back
-	r.tg.pauseUntil(now.Add(local))
-	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
-	defer cancel()
-	fleet, young, lost, err := c.checkBooking(sctx, r.tg.name, r.id, r.n)
-	if err != nil {
-		return local, fmt.Errorf("throttle: pause %q: %w", r.tg.name, err) // the local copy answers
+	var check func(context.Context) (time.Duration, bool, bool, error)
+	if c, ok := t.store.(bookingChecker); ok && r.via == viaStore && !r.done.Load() && t.cfg.now().Before(r.at) {
+		check = func(sctx context.Context) (time.Duration, bool, bool, error) {
+			return c.checkBooking(sctx, r.tg.name, r.id, r.n)
+		}
 	}
-	switch {
-	case lost:
-		t.logLost(r.tg, now, fleet)
-	case young:
-		t.logYoung(r.tg, now, fleet)
-	}
-	if known := t.knownPause(r.tg, t.cfg.now()); known > fleet+max(t.cfg.margin, MinStale) {
-		return t.Pause(ctx, r.tg.name, 0) // the store lost a pause this process knows of: Pause writes it back
-	}
-	r.tg.pauseUntil(now.Add(fleet))
-	return max(local, fleet), nil
+	return t.pauseOn(ctx, r.tg, 0, check)
 }
 
 // Paused returns what is left of host's fleet-wide pause, 0 when there is

@@ -56,8 +56,10 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 				if capped {
 					// The target asked for longer than the fleet waits:
 					// worth a line, as the next attempt may anger it.
+					// It names the target too: the pause holds every host
+					// and port that share it.
 					tr.cfg.logger.WarnContext(ctx, "fleetgate: Retry-After capped",
-						"host", host, "status", status, "value", truncate(v[0]), "cap", tr.cfg.maxRetryAfter)
+						"host", host, "target", tr.targetOrHost(ctx, host), "status", status, "value", truncate(v[0]), "cap", tr.cfg.maxRetryAfter)
 				}
 			}
 		}
@@ -89,7 +91,7 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 		// The signal matters to the fleet even if this caller gives up now;
 		// the Throttler bounds the store call by its own timeout.
 		if _, err := tr.t.Pause(context.WithoutCancel(ctx), host, sg.pause); err != nil {
-			tr.cfg.logger.WarnContext(ctx, "fleetgate: pause kept locally only", "host", host, "pause", sg.pause, "error", err)
+			tr.cfg.logger.WarnContext(ctx, "fleetgate: pause kept locally only", "host", host, "target", tr.targetOrHost(ctx, host), "pause", sg.pause, "error", err)
 		}
 	}
 	return sg
@@ -98,6 +100,15 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 func (tr *Transport) target(ctx context.Context, host string) (string, error) {
 	name, _, err := tr.t.Target(ctx, host)
 	return name, err
+}
+
+// targetOrHost returns the throttle's target for host, for a log line, or
+// host itself when it has none.
+func (tr *Transport) targetOrHost(ctx context.Context, host string) string {
+	if name, err := tr.target(ctx, host); err == nil {
+		return name
+	}
+	return host
 }
 
 func hasRemaining(h http.Header) bool {

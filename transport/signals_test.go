@@ -1,8 +1,10 @@
 package transport_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -129,6 +131,46 @@ func TestRetryAfterValues(t *testing.T) {
 		})
 	}
 }
+
+// TestACappedPauseNamesItsTarget: a pause holds the throttle's target, not
+// the host and port that asked for it, so the Warn line about a capped
+// Retry-After names both, and another port of the same host is held too.
+func TestACappedPauseNamesItsTarget(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "999999999")
+		w.WriteHeader(429)
+	})
+	other := newTarget(t, func(int, http.ResponseWriter, *http.Request) {})
+	thr := newThrottler(t, "100/1s")
+	var (
+		mu  sync.Mutex
+		buf bytes.Buffer
+	)
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil))
+	rt := transport.New(nil, thr, transport.WithoutRetries(), transport.WithLogger(logger),
+		transport.WithMaxRetryAfter(2*time.Second))
+	if _, err := roundTrip(t, rt, get(t, t.Context(), tg.URL)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	line := buf.String()
+	mu.Unlock()
+	require.Contains(t, line, "Retry-After capped")
+	require.Contains(t, line, " host="+tg.host+" ")
+	require.Contains(t, line, " target=127.0.0.1 ")
+	left, err := thr.Paused(t.Context(), other.host)
+	require.NoError(t, err)
+	between(t, 1800*time.Millisecond, 2*time.Second, left, "pause on another port")
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 func TestTooManyRequestsWithoutRetryAfterEscalates(t *testing.T) {
 	t.Parallel()

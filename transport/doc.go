@@ -7,7 +7,10 @@
 //   - a 429 or 503 with a valid Retry-After pauses the target fleet-wide
 //     for that long (throttle.Throttler.Pause), capped;
 //   - a 429 without one pauses it for a time that doubles with each 429
-//     in a row, from DefaultFirstPause, until a 2xx;
+//     in a row, from DefaultFirstPause, until a 2xx, each pause drawn
+//     between half its nominal length and all of it (equal jitter, so
+//     processes that hear the same 429s do not all come back at once;
+//     WithPauseBackoff);
 //   - RateLimit and X-RateLimit fields that say no requests remain pause
 //     it until their reset.
 //

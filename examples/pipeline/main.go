@@ -79,7 +79,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -89,6 +88,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fleetgate/fleetgate/internal/secret"
 	"github.com/fleetgate/fleetgate/throttle"
 	"github.com/fleetgate/fleetgate/transport"
 )
@@ -111,14 +111,12 @@ func main() {
 	// SIGTERM too: what a supervisor (systemd, Kubernetes) sends to stop
 	// the job. After the first signal, a second one ends the process at
 	// once.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	context.AfterFunc(ctx, stop)
+	ctx, stop := notifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := cli(ctx, os.Args[1:], os.Getenv("REDIS_URL"), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
 
-// usage heads the -h text; the flags follow it.
 // sameFile reports whether the file names a and b (neither "" nor "-",
 // stdout) name one file: the same path, or two paths to one existing file.
 func sameFile(a, b string) bool {
@@ -137,6 +135,7 @@ func sameFile(a, b string) bool {
 // one country takes, far less than a job should sit on an API that hangs.
 const defaultAPITimeout = 10 * time.Second
 
+// usage heads the -h text; the flags follow it.
 const usage = `Usage: pipeline [flags]
 
 Reads the CSV file -in, enriches every record through the API, each call
@@ -159,11 +158,8 @@ Flags:
 func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.Writer) int {
 	cfg := config{redisURL: redisURL}
 	fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard) // errors are reported below, the usage for -h only
+	fs.Usage = func() {}
 	fs.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
 	fs.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
 	fs.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, in full, with their line and the reason (default: only reported on stderr)")
@@ -172,29 +168,52 @@ func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.
 	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 20ms)")
 	fs.DurationVar(&cfg.timeout, "api-timeout", defaultAPITimeout, "bound on each attempt of an API call, from sending it to reading the whole answer (not the wait on the quota)")
 	fs.IntVar(&cfg.workers, "workers", 8, "API calls in flight at most")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2 // fs has printed the error and the usage
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stderr)
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+		return 0
+	case err != nil:
+		err = &configError{err}
+	case fs.NArg() > 0:
+		err = badConfig("unexpected argument %q: flags only (the input is the file -in names)", fs.Arg(0))
+	default:
+		err = run(ctx, cfg, stdout, stderr)
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "pipeline: unexpected arguments %q\n", fs.Args())
-		fs.Usage()
-		return 2
-	}
-	err := run(ctx, cfg, stdout, stderr)
 	var ce *configError
 	switch {
 	case err == nil:
 		return 0
 	case errors.As(err, &ce):
+		// One line naming the problem and a hint, as cmd/crawl-demo
+		// does: the whole usage is for -h.
 		fmt.Fprintf(stderr, "pipeline: %v\nRun pipeline -h for the flags.\n", err)
 		return 2
 	}
 	// One error per line: a file that could not be written, the rejects.
 	fmt.Fprintf(stderr, "pipeline: %s\n", strings.ReplaceAll(err.Error(), "\n", "\npipeline: "))
 	return 1
+}
+
+// checkAPI returns an error unless raw, the -api flag, is an http:// or
+// https:// URL with a host. The error quotes raw with its password, if
+// any, shown as "xxxxx", as url.URL.Redacted does; raw that does not parse
+// is not quoted at all (url.Parse's error quotes the part that failed,
+// which may be the password), nor is what follows the scheme of a URL
+// with no "//" ("user:password@host" parses as the scheme "user").
+func checkAPI(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("-api: not a URL: %s", secret.URLError(err, "http:// or https://"))
+	case u.Opaque != "":
+		return fmt.Errorf("-api %q: want an http:// or https:// URL", u.Scheme+":…")
+	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
+		return fmt.Errorf("-api %q: want an http:// or https:// URL", u.Redacted())
+	}
+	return nil
 }
 
 // configError is a bad command line, environment or input file, found
@@ -274,8 +293,8 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}
 		defer fake.Close()
 		api = fake.URL
-	} else if u, err := url.Parse(api); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return badConfig("-api %q: want an http:// or https:// URL", cfg.api)
+	} else if err := checkAPI(cfg.api); err != nil {
+		return &configError{err}
 	}
 
 	log := slog.New(slog.NewTextHandler(stderr, nil))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,8 +40,9 @@ func TestExitStatus(t *testing.T) {
 		{"zero API timeout", nil, []string{"-in", good, "-api-timeout", "0s"}, "", 2, "pipeline: -api-timeout 0s: want more than 0\nRun pipeline -h for the flags."},
 		{"negative API timeout", nil, []string{"-in", good, "-api-timeout", "-5s"}, "", 2, "-api-timeout -5s: want more than 0"},
 		{"API timeout not a duration", nil, []string{"-in", good, "-api-timeout", "soon"}, "", 2, `invalid value "soon" for flag -api-timeout`},
-		{"unknown flag", nil, []string{"-in", good, "-bogus"}, "", 2, "flag provided but not defined: -bogus"},
-		{"extra argument", nil, []string{"-in", good, "more"}, "", 2, `unexpected arguments ["more"]`},
+		{"unknown flag", nil, []string{"-in", good, "-bogus"}, "", 2, "pipeline: flag provided but not defined: -bogus\nRun pipeline -h for the flags.\n"},
+		{"extra argument", nil, []string{"-in", good, "more"}, "", 2, "pipeline: unexpected argument \"more\": flags only (the input is the file -in names)\nRun pipeline -h for the flags.\n"},
+		{"extra arguments", nil, []string{"-in", good, "more", "again"}, "", 2, "pipeline: unexpected argument \"more\": flags only (the input is the file -in names)\nRun pipeline -h for the flags.\n"},
 		{"bad rule", nil, []string{"-in", good, "-rule", "10/m"}, "", 2, "-rule: bad rule"},
 		{"no workers", nil, []string{"-in", good, "-workers", "0"}, "", 2, "-workers 0: want at least 1"},
 		{"missing input", nil, []string{"-in", filepath.Join(t.TempDir(), "missing.csv")}, "", 2, "-in: open "},
@@ -60,6 +62,11 @@ func TestExitStatus(t *testing.T) {
 			require.Equal(t, tc.code, code, stderr.String())
 			require.Contains(t, stderr.String(), tc.stderr)
 			require.Empty(t, stdout.String())
+			if tc.code == 2 { // one line naming the problem, and the hint, as cmd/crawl-demo does
+				require.Equal(t, 2, strings.Count(stderr.String(), "\n"), stderr.String())
+				require.True(t, strings.HasSuffix(stderr.String(), "\nRun pipeline -h for the flags.\n"), stderr.String())
+				require.NotContains(t, stderr.String(), "Usage:", "the whole usage is for -h")
+			}
 		})
 	}
 }

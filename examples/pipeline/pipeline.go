@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/fleetgate/fleetgate/internal/secret"
 )
 
 // codeColumn names the input column the API is asked about.
@@ -213,26 +215,30 @@ type enricher struct {
 
 // lookup asks the API about one country code. Anything but a 200 with a
 // JSON country (an object whose "name" and "region" are not empty, in a
-// body of at most maxBody bytes) is an error naming the request; an
-// attempt that ran out of time (e.timeout, after the transport's retries)
-// also names -api-timeout.
+// body of at most maxBody bytes) is an error naming the request, "GET URL:
+// " and the cause, wrapped; an attempt that ran out of time (e.timeout,
+// after the transport's retries) also names -api-timeout. No error shows
+// the password of e.api: the URL is shown as url.URL.Redacted does, the
+// password as "xxxxx".
 func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
-	u := e.api + "/v1/countries/" + url.PathEscape(code)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return country{}, err
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.api+"/v1/countries/"+url.PathEscape(code), nil)
+	if err != nil { // url.Parse's error quotes the URL, password and all
+		return country{}, fmt.Errorf("GET -api/v1/countries/%s: not a URL: %s", url.PathEscape(code), secret.URLError(err, "http:// or https://"))
 	}
+	u := req.URL.Redacted() // the URL in every error below
 	req.Header.Set("Accept", "application/json")
 	resp, err := e.client.Do(req)
 	if err != nil {
+		// A *url.Error, `Get "URL": ...`, its URL with the password as
+		// "***": every error names the URL as the others do.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		if e.timedOut(ctx, err) {
-			var ue *url.Error // "Get URL: ...": the URL is named below
-			if errors.As(err, &ue) {
-				err = ue.Err
-			}
 			return country{}, fmt.Errorf("GET %s: no answer within -api-timeout %v: %w", u, e.timeout, err)
 		}
-		return country{}, err // a *url.Error: it names the method and URL
+		return country{}, fmt.Errorf("GET %s: %w", u, err)
 	}
 	defer func() {
 		// Read to the end so the connection is reused.
@@ -293,8 +299,9 @@ func (e *enricher) timedOut(ctx context.Context, err error) bool {
 // flight, and returns the records with enrichedColumns appended, in input
 // order, and the records it rejected (a bad code, or a call that failed
 // for good: the transport has retried what is worth retrying), in input
-// order too. Only ctx ending stops it early, with ctx's error: the calls
-// still waiting on the quota give their slot back.
+// order too. Only ctx ending stops it early, with an error that wraps
+// context.Cause(ctx) (naming the signal when it is a *signalError): the
+// calls still waiting on the quota give their slot back.
 func enrich(ctx context.Context, in *input, e *enricher, workers int) ([][]string, []reject, error) {
 	out := make([][]string, len(in.records))
 	errs := make([]error, len(in.records))
@@ -324,8 +331,11 @@ func enrich(ctx context.Context, in *input, e *enricher, workers int) ([][]strin
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, fmt.Errorf("interrupted after %d of %d records, nothing written (an earlier -out or -rejects is left as it was): %w",
-			decided.Load(), len(in.records), err)
+		const kept = "nothing written (an earlier -out or -rejects is left as it was)"
+		if sig := (*signalError)(nil); errors.As(err, &sig) { // "interrupted by SIGTERM after ..."
+			return nil, nil, fmt.Errorf("%w after %d of %d records, %s", err, decided.Load(), len(in.records), kept)
+		}
+		return nil, nil, fmt.Errorf("interrupted after %d of %d records, %s: %w", decided.Load(), len(in.records), kept, err)
 	}
 	var good [][]string
 	var rejects []reject

@@ -123,6 +123,10 @@ func TestRunErrors(t *testing.T) {
 		{"empty input", func(c *config) { c.in = empty }, "empty, want a header line"},
 		{"no code column", func(c *config) { c.in = noCode }, `no "country_code" column`},
 		{"bad API URL", func(c *config) { c.api = "ftp://example.com" }, `-api "ftp://example.com": want an http:// or https:// URL`},
+		{"bad API URL with a password", func(c *config) { c.api = "ftp://apiuser:APISECRET@example.com" }, `-api "ftp://apiuser:xxxxx@example.com": want an http:// or https:// URL`},
+		{"API URL without a host, with a password", func(c *config) { c.api = "http://apiuser:APISECRET@" }, `-api "http://apiuser:xxxxx@": want an http:// or https:// URL`},
+		{"API URL without a scheme, with a password", func(c *config) { c.api = "apiuser:APISECRET@example.com" }, `-api "apiuser:…": want an http:// or https:// URL`},
+		{"API URL that does not parse, with a password", func(c *config) { c.api = "http://apiuser:APISECRET/1@example.com" }, `-api: not a URL: a port that is not a number`},
 		{"rejects on stdout", func(c *config) { c.rejects = "-" }, "-rejects -: want a file"},
 		{"output over the input", func(c *config) { c.out = good }, "-out is the -in file"},
 		{"rejects over the input, by a link", func(c *config) { c.rejects = link }, "-rejects is the -in file"},
@@ -142,6 +146,7 @@ func TestRunErrors(t *testing.T) {
 			var ce *configError
 			require.ErrorAs(t, err, &ce, "a configuration error: exit status 2")
 			require.NotContains(t, err.Error(), "hunter2", "the Redis password")
+			require.NotContains(t, err.Error(), "APISECRET", "the API's password")
 			require.NotContains(t, err.Error(), "%zz", "a part of the Redis password")
 			require.Empty(t, stdout.String(), "output of a failed run")
 		})

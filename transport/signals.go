@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -48,18 +49,15 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 			d = min(d, tr.cfg.maxRetryAfter)
 			switch {
 			case err != nil:
-				tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring Retry-After",
-					"host", host, "status", status, "error", err)
+				tr.log(ctx, slog.LevelDebug, "fleetgate: ignoring Retry-After", host, "status", status, "error", err)
 			default:
 				hasRetryAfter = true
 				sg.retryAfter, sg.pause = d, d
 				if capped {
 					// The target asked for longer than the fleet waits:
 					// worth a line, as the next attempt may anger it.
-					// It names the target too: the pause holds every host
-					// and port that share it.
-					tr.cfg.logger.WarnContext(ctx, "fleetgate: Retry-After capped",
-						"host", host, "target", tr.targetOrHost(ctx, host), "status", status, "value", truncate(v[0]), "cap", tr.cfg.maxRetryAfter)
+					tr.log(ctx, slog.LevelWarn, "fleetgate: Retry-After capped", host,
+						"status", status, "value", truncate(v[0]), "cap", tr.cfg.maxRetryAfter)
 				}
 			}
 		}
@@ -68,11 +66,11 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 		hint, _ := backoff.ParseRateLimit(resp.Header, serverNow, tr.cfg.maxRetryAfter)
 		switch {
 		case hint.Remaining < 0:
-			tr.cfg.logger.DebugContext(ctx, "fleetgate: ignoring unusable rate-limit fields", "host", host, "status", status)
+			tr.log(ctx, slog.LevelDebug, "fleetgate: ignoring unusable rate-limit fields", host, "status", status)
 		case hint.Remaining == 0 && hint.Reset > 0:
 			sg.pause = max(sg.pause, hint.Reset)
 		case hint.Remaining == 0:
-			tr.cfg.logger.DebugContext(ctx, "fleetgate: no requests remaining but no usable reset; not pausing", "host", host, "status", status)
+			tr.log(ctx, slog.LevelDebug, "fleetgate: no requests remaining but no usable reset; not pausing", host, "status", status)
 		}
 	}
 	switch {
@@ -91,7 +89,7 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 		// The signal matters to the fleet even if this caller gives up now;
 		// the Throttler bounds the store call by its own timeout.
 		if _, err := tr.t.Pause(context.WithoutCancel(ctx), host, sg.pause); err != nil {
-			tr.cfg.logger.WarnContext(ctx, "fleetgate: pause kept locally only", "host", host, "target", tr.targetOrHost(ctx, host), "pause", sg.pause, "error", err)
+			tr.log(ctx, slog.LevelWarn, "fleetgate: pause kept locally only", host, "pause", sg.pause, "error", err)
 		}
 	}
 	return sg
@@ -102,13 +100,19 @@ func (tr *Transport) target(ctx context.Context, host string) (string, error) {
 	return name, err
 }
 
-// targetOrHost returns the throttle's target for host, for a log line, or
-// host itself when it has none.
-func (tr *Transport) targetOrHost(ctx context.Context, host string) string {
-	if name, err := tr.target(ctx, host); err == nil {
-		return name
+// log writes a line about a request to host at level, when the logger
+// takes it: first the throttle's target for host (what its quota and
+// pauses are keyed on, shared by every host and port that map to it; host
+// itself when it maps to none), then host as the URL gives it, then args.
+func (tr *Transport) log(ctx context.Context, level slog.Level, msg, host string, args ...any) {
+	if !tr.cfg.logger.Enabled(ctx, level) {
+		return
 	}
-	return host
+	target := host
+	if name, err := tr.target(ctx, host); err == nil {
+		target = name
+	}
+	tr.cfg.logger.Log(ctx, level, msg, append([]any{"target", target, "host", host}, args...)...)
 }
 
 func hasRemaining(h http.Header) bool {

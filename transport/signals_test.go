@@ -133,8 +133,8 @@ func TestRetryAfterValues(t *testing.T) {
 }
 
 // TestACappedPauseNamesItsTarget: a pause holds the throttle's target, not
-// the host and port that asked for it, so the Warn line about a capped
-// Retry-After names both, and another port of the same host is held too.
+// the host and port that asked for it, so the transport's lines name both,
+// and another port of the same host is held too.
 func TestACappedPauseNamesItsTarget(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
@@ -161,8 +161,7 @@ func TestACappedPauseNamesItsTarget(t *testing.T) {
 	line := buf.String()
 	mu.Unlock()
 	require.Contains(t, line, "Retry-After capped")
-	require.Contains(t, line, " host="+tg.host+" ")
-	require.Contains(t, line, " target=127.0.0.1 ")
+	require.Contains(t, line, " target=127.0.0.1 host="+tg.host+" ", "the target first, then the URL's host")
 	left, err := thr.Paused(t.Context(), other.host)
 	require.NoError(t, err)
 	between(t, 1800*time.Millisecond, 2*time.Second, left, "pause on another port")

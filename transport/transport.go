@@ -234,11 +234,11 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp = keep(resp) // the answer still, if the next attempt finds no slot in time
 		}
 		if info.Err != nil {
-			tr.cfg.logger.DebugContext(ctx, "fleetgate: retrying",
-				"host", host, "attempt", attempt+1, "delay", delay, "error", hidePassword(info.Err.Error(), req.URL))
+			tr.log(ctx, slog.LevelDebug, "fleetgate: retrying", host,
+				"attempt", attempt+1, "delay", delay, "error", hidePassword(info.Err.Error(), req.URL))
 		} else {
-			tr.cfg.logger.DebugContext(ctx, "fleetgate: retrying",
-				"host", host, "attempt", attempt+1, "delay", delay, "status", info.Status)
+			tr.log(ctx, slog.LevelDebug, "fleetgate: retrying", host,
+				"attempt", attempt+1, "delay", delay, "status", info.Status)
 		}
 	}
 	if err != nil {

@@ -845,3 +845,36 @@ func TestCrawlSaysWhenTheTargetPausesTheFleet(t *testing.T) {
 	require.Contains(t, got.stderr, "pause=1s")
 	require.NotContains(t, got.stderr, "level=DEBUG", "-v is off")
 }
+
+// TestLogsNameTheQuotasTarget: two URLs on two ports of one host count
+// against one quota, the host's, and the log names that target for both,
+// with each URL (or its host:port) beside it, so that a pause heard on one
+// port is seen to hold the other.
+func TestLogsNameTheQuotasTarget(t *testing.T) {
+	busy := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "0") // no pause: the test stays short
+		http.Error(w, "slow down", http.StatusTooManyRequests)
+	})
+	a, b := httptest.NewServer(busy), httptest.NewServer(busy)
+	defer a.Close()
+	defer b.Close()
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, a.URL+"/x", b.URL+"/y"), "-rule", "127.0.0.1=100/1s", "-retries", "1", "-v")
+	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
+	lines := strings.Split(got.stderr, "\n")
+	for _, srv := range []*httptest.Server{a, b} {
+		addr := strings.TrimPrefix(srv.URL, "http://")
+		var attempts, retries int
+		for _, line := range lines {
+			switch {
+			case strings.Contains(line, `msg=attempt `) && strings.Contains(line, "url="+srv.URL+"/"):
+				attempts++
+				require.Contains(t, line, " target=127.0.0.1 url="+srv.URL+"/", "an attempt's line names the target, then the URL")
+			case strings.Contains(line, "retrying") && strings.Contains(line, "host="+addr+" "):
+				retries++
+				require.Contains(t, line, " target=127.0.0.1 host="+addr+" ", "the transport's line names the target before the URL's host:port")
+			}
+		}
+		require.Equal(t, 2, attempts, "%s: an attempt line per attempt; stderr:\n%s", srv.URL, got.stderr)
+		require.Equal(t, 1, retries, "%s: a retry line; stderr:\n%s", srv.URL, got.stderr)
+	}
+}

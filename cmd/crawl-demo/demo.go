@@ -66,7 +66,9 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer, log *sl
 		return 2
 	}
 	defer f.close()
-	_, rule, err := f.groups[0].thr.Target(ctx, u.Host)
+	// The quota's target: what the table and the log name, not the URL's
+	// host:port.
+	name, rule, err := f.groups[0].thr.Target(ctx, u.Host)
 	if err != nil {
 		fmt.Fprintf(stderr, "crawl-demo: %v\n", err)
 		return 2
@@ -82,7 +84,7 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer, log *sl
 	}
 	fmt.Fprintf(stdout, "crawl-demo: %d groups × %d workers fetch %d pages from %s\n", demoGroups, cfg.workers, cfg.pages, hidePassword(target))
 	fmt.Fprintf(stdout, "  %s allows %d requests in any %v and bans a client that sends more\n", siteDesc, demoLimit, demoWindow)
-	fmt.Fprintf(stdout, "  rule %s=%s, margin %v, %s\n\n", u.Hostname(), rule, cfg.margin, store)
+	fmt.Fprintf(stdout, "  quota of target %s (-key %v): rule %s, margin %v, %s\n\n", name, cfg.keyMode.String(), rule, cfg.margin, store)
 
 	start := time.Now()
 	prog := startProgress(stderr, f.rec.status(cfg.pages))
@@ -90,12 +92,12 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer, log *sl
 	elapsed := time.Since(start)
 	prog.Stop()
 
-	rep, arrivals, basis := f.rec.report(u.Host, elapsed)
+	rep, arrivals, basis := f.rec.report(name, elapsed)
 	banned := rep.Banned > 0
 	if site != nil {
 		st := site.Stats()
-		rep = siteReport{Target: u.Host, Requests: st.Requests, OK: st.OK, TooMany: st.TooMany, Banned: st.Banned,
-			Bans: st.Bans, Peak: st.Peak, Limit: demoLimit, Window: demoWindow, Span: span(st.Arrivals), Elapsed: elapsed}
+		rep = newSiteReport(name, st.Arrivals, demoLimit, demoWindow, elapsed)
+		rep.Requests, rep.OK, rep.TooMany, rep.Banned, rep.Bans, rep.Peak = st.Requests, st.OK, st.TooMany, st.Banned, st.Bans, st.Peak
 		arrivals, basis, banned = st.Arrivals, "as the site saw them", st.Bans > 0
 	}
 	return finish(stdout, stderr, cfg.chart, rep, arrivals, start, basis, banned, ctx.Err() != nil, cfg.pages-f.rec.fetched())
@@ -160,13 +162,18 @@ func serveSite(ctx context.Context, cfg *config, stdout, stderr io.Writer) int {
 	prog.Stop()
 	srv.close()
 	st := site.Stats()
-	rep := siteReport{Target: strings.TrimPrefix(srv.url, "http://"), Requests: st.Requests, OK: st.OK, TooMany: st.TooMany,
-		Banned: st.Banned, Bans: st.Bans, Peak: st.Peak, Limit: demoLimit, Window: demoWindow}
+	// The row names the target a crawler's quota for this site is keyed on
+	// (by host, or by IP: the same for an address); the first line gave
+	// its URL.
+	name, err := throttle.Normalize(strings.TrimPrefix(srv.url, "http://"))
+	if err != nil { // the address we listened on
+		name = strings.TrimPrefix(srv.url, "http://")
+	}
+	rep := newSiteReport(name, st.Arrivals, demoLimit, demoWindow, span(st.Arrivals))
+	rep.Requests, rep.OK, rep.TooMany, rep.Banned, rep.Bans, rep.Peak = st.Requests, st.OK, st.TooMany, st.Banned, st.Bans, st.Peak
 	if len(st.Arrivals) > 0 {
 		start = st.Arrivals[0]
 	}
-	rep.Span = span(st.Arrivals)
-	rep.Elapsed = rep.Span
 	return finish(stdout, stderr, cfg.chart, rep, st.Arrivals, start, "as the site saw them", st.Bans > 0, false, 0)
 }
 
@@ -245,7 +252,7 @@ func newFleet(ctx context.Context, cfg *config, rules *throttle.Rules, log *slog
 			}
 			g.thr, g.close = thr, closeThr
 		}
-		g.client = newFleetClient(cfg, g.thr, log.With("group", i+1), f.rec.observe)
+		g.client = newFleetClient(cfg, g.thr, log.With("group", i+1), f.rec)
 		f.groups = append(f.groups, g)
 	}
 	return f, nil
@@ -287,24 +294,30 @@ func (f *fleet) close() {
 	}
 }
 
-// recorder counts what the fleet sent and got. It is safe for concurrent
-// use.
+// recorder counts what reached the target and what it answered; a dial
+// that failed reached nothing, as the crawler's attempts count it. It is
+// an observer, safe for concurrent use.
 type recorder struct {
 	mu        sync.Mutex
-	sends     []time.Time
-	ok        int // 2xx answers
-	tooMany   int // 429 answers
-	forbidden int // 403 answers
-	pages     int // pages finished
-	pagesOK   int // pages fetched successfully
+	sends     []time.Time // when each request written to the target was
+	ok        int         // 2xx answers
+	tooMany   int         // 429 answers
+	forbidden int         // 403 answers
+	pages     int         // pages finished
+	pagesOK   int         // pages fetched successfully
 }
 
-// observe records one attempt sent at sent; status 0 when it got no
-// response.
-func (r *recorder) observe(sent time.Time, status int) {
+// wrote records one request written to the target at at.
+func (r *recorder) wrote(at time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.sends = append(r.sends, sent)
+	r.sends = append(r.sends, at)
+}
+
+// answered records one response's status.
+func (r *recorder) answered(status int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	switch {
 	case status >= 200 && status < 300:
 		r.ok++
@@ -332,26 +345,27 @@ func (r *recorder) fetched() int {
 	return r.pagesOK
 }
 
-// status returns the progress report of a crawl of total pages.
+// status returns the progress report of a crawl of total pages: the rate
+// so far as achievedRate measures it, up to now, and the answers.
 func (r *recorder) status(total int) func() status {
-	start := time.Now()
 	return func() status {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		rate := float64(len(r.sends)) / max(time.Since(start).Seconds(), 1e-3)
+		rate := achievedRate(r.sends, demoWindow, time.Now())
 		return status{done: r.pages, total: total,
 			text: fmt.Sprintf("%.1f req/s  2xx %d  429 %d  403 %d", rate, r.ok, r.tooMany, r.forbidden)}
 	}
 }
 
-// report returns the table row for target from what this process sent, the
-// send times, and a phrase saying so.
+// report returns the table row for target from what this process wrote
+// to it, the write times, and a phrase saying so.
 func (r *recorder) report(target string, elapsed time.Duration) (siteReport, []time.Time, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sends := append([]time.Time(nil), r.sends...)
-	return siteReport{Target: target, Requests: len(sends), OK: r.ok, TooMany: r.tooMany, Banned: r.forbidden, Bans: -1,
-		Peak: fakesite.Peak(sends, demoWindow), Limit: demoLimit, Window: demoWindow, Span: span(sends), Elapsed: elapsed}, sends, "as this process sent them"
+	rep := newSiteReport(target, sends, demoLimit, demoWindow, elapsed)
+	rep.OK, rep.TooMany, rep.Banned = r.ok, r.tooMany, r.forbidden
+	return rep, sends, "as this process sent them"
 }
 
 // span returns the time from the earliest to the latest of ts.

@@ -52,7 +52,8 @@ func TestDemo(t *testing.T) {
 	require.Less(t, time.Since(start), 10*time.Second)
 	require.Contains(t, got.stdout, "result: no ban")
 	require.Contains(t, got.stdout, "chart: "+chart)
-	require.Regexp(t, `127\.0\.0\.1:\d+\s+60\s+60\s+0\s+0\s+0\s+(1\d|20) of 20 per 1s`, got.stdout, "table row")
+	// The row names the quota's target, the host without the site's port.
+	require.Regexp(t, `\n127\.0\.0\.1\s+60\s+60\s+0\s+0\s+0\s+(1\d|20) of 20 per 1s\s+(1\d|20)\.\d/s \(20\.0/s\)`, got.stdout, "table row")
 	require.Contains(t, got.stderr, "progress: ", "stderr is not a terminal: plain progress lines")
 	counts := svgSummary(t, chart)
 	require.Positive(t, counts["rect"], "bars")
@@ -83,6 +84,17 @@ func TestDemoThatFetchesNothingFails(t *testing.T) {
 	got := runCmd(context.Background(), t, "", "-pages", "3", "-chart", chart, "-target", "http://127.0.0.1:1", "-retries", "0")
 	require.Equal(t, 1, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
 	require.Contains(t, got.stdout, "result: no ban, but 3 pages were not fetched")
+}
+
+// TestDemoCountsOnlyRequestsThatReachedTheTarget: a dial that fails is
+// no request, as the crawler's attempts count it: against a port where
+// every dial is refused the table shows none, and so does the verdict.
+func TestDemoCountsOnlyRequestsThatReachedTheTarget(t *testing.T) {
+	chart := filepath.Join(t.TempDir(), "chart.svg")
+	got := runCmd(context.Background(), t, "", "-pages", "5", "-chart", chart, "-target", "http://127.0.0.1:1", "-retries", "1")
+	require.Equal(t, 1, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
+	require.Regexp(t, `\n127\.0\.0\.1\S*\s+0\s+0\s+0\s+0\s+\?\s+0 of 20 per 1s\s+0\.0/s`, got.stdout, "table row")
+	require.Contains(t, got.stdout, "result: no ban, but 5 pages were not fetched (-v shows why); at most 0 requests in any 1s")
 }
 
 // TestDemoNeverShowsTheTargetsPassword: a password in -target is shown as

@@ -33,35 +33,47 @@ const interrupted = "interrupted: not fetched"
 // sendsKey is the context key of a request's *atomic.Int32 send counter.
 type sendsKey struct{}
 
+// observer sees what reached the target: wrote is called for each request
+// written to a connection, with the time its write ended (a dial that
+// failed writes nothing), answered with each response's status. Both may
+// be called from several goroutines at once.
+type observer interface {
+	wrote(at time.Time)
+	answered(status int)
+}
+
 // attemptTransport is the base RoundTripper under the throttled transport,
 // so it sees each attempt once it is allowed to go (and bounded by
 // -timeout, transport.WithAttemptTimeout). It counts each time the request
 // is written to a connection in the request's send counter, if any (a dial
-// that fails sends nothing), and reports the attempt to observe, if set.
+// that fails sends nothing), and reports each such write and each response
+// to obs, if set.
 type attemptTransport struct {
-	base    http.RoundTripper
-	observe func(sent time.Time, status int) // status 0: no response
+	base http.RoundTripper
+	obs  observer // nil: none
 }
 
 // RoundTrip sends one attempt.
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if n, _ := req.Context().Value(sendsKey{}).(*atomic.Int32); n != nil {
+	n, _ := req.Context().Value(sendsKey{}).(*atomic.Int32)
+	if n != nil || t.obs != nil {
 		// net/http sends a request again, on another connection, when a
 		// reused one fails before the response: each write is a send.
 		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
-			if w.Err == nil {
+			if w.Err != nil {
+				return
+			}
+			if n != nil {
 				n.Add(1)
+			}
+			if t.obs != nil {
+				t.obs.wrote(time.Now())
 			}
 		}}))
 	}
-	sent := time.Now()
 	resp, err := t.base.RoundTrip(req)
-	if t.observe != nil {
-		status := 0
-		if err == nil {
-			status = resp.StatusCode
-		}
-		t.observe(sent, status)
+	if err == nil && t.obs != nil {
+		t.obs.answered(resp.StatusCode)
 	}
 	return resp, err
 }
@@ -75,12 +87,14 @@ type fleetClient struct {
 }
 
 // newFleetClient returns a client whose requests go through the throttled
-// transport with the command line's retries and per-attempt timeout. observe,
-// if not nil, sees every attempt sent.
-func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, observe func(time.Time, int)) *fleetClient {
+// transport with the command line's retries and per-attempt timeout. obs,
+// if not nil, sees every request that reaches a target and every response.
+// Log lines about a request name the target its quota is keyed on (the
+// transport's do too), then its URL or host:port.
+func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obs observer) *fleetClient {
 	base := http.DefaultTransport.(*http.Transport).Clone()
 	base.MaxIdleConnsPerHost = cfg.workers
-	rt := transport.New(&attemptTransport{base: base, observe: observe}, thr,
+	rt := transport.New(&attemptTransport{base: base, obs: obs}, thr,
 		transport.WithRetries(cfg.retries+1),
 		transport.WithAttemptTimeout(cfg.timeout),
 		transport.WithLogger(log),
@@ -94,8 +108,15 @@ func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obse
 			if a.Pause > 0 {
 				level, msg = slog.LevelInfo, "the target pauses the fleet"
 			}
-			attrs := []any{"url", a.Request.URL.Redacted(), "attempt", a.Attempt, "status", a.Status,
-				"waited", a.Waited.Round(time.Millisecond), "pause", a.Pause}
+			if !log.Enabled(a.Request.Context(), level) {
+				return
+			}
+			var attrs []any
+			if name, ok := targetOf(a.Request.Context(), thr, a.Request.URL.Host); ok {
+				attrs = append(attrs, "target", name)
+			}
+			attrs = append(attrs, "url", a.Request.URL.Redacted(), "attempt", a.Attempt, "status", a.Status,
+				"waited", a.Waited.Round(time.Millisecond), "pause", a.Pause)
 			if a.Err != nil {
 				attrs = append(attrs, "error", a.Err)
 			}
@@ -201,4 +222,12 @@ func checkURL(s string) (host string, err error) {
 		return "", errors.New("no host")
 	}
 	return strings.ToLower(u.Hostname()), nil
+}
+
+// targetOf returns the name of the quota host counts against (thr.Target:
+// the host normalised by throttle.Normalize, lower case and without its
+// port, then grouped as -key says), and whether it has one.
+func targetOf(ctx context.Context, thr *throttle.Throttler, host string) (string, bool) {
+	name, _, err := thr.Target(ctx, host)
+	return name, err == nil
 }

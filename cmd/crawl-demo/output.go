@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fleetgate/fleetgate/internal/fakesite"
 )
 
 // result is one line of the crawler's output. The field order is the
@@ -54,8 +56,8 @@ func (lw *lineWriter) write(r result) error {
 
 // siteReport is one target's row in the demo's table.
 type siteReport struct {
-	Target   string
-	Requests int           // requests the site received (or this process sent)
+	Target   string        // the quota's target (throttle.Normalize, grouped by -key), not the URL's host:port
+	Requests int           // requests the site received (or this process wrote to it)
 	OK       int           // 2xx
 	TooMany  int           // 429
 	Banned   int           // 403 answers
@@ -63,16 +65,69 @@ type siteReport struct {
 	Peak     int           // most requests in any closed interval of Window
 	Limit    int           // the site's limit per Window
 	Window   time.Duration // the site's window
+	Rate     float64       // achieved rate, requests per second over whole windows: see achievedRate
 	Span     time.Duration // from the first request to the last
 	Elapsed  time.Duration // the run's time
 }
 
-// rate returns the achieved rate in requests per second over the run.
-func (r siteReport) rate() float64 {
-	if r.Elapsed <= 0 {
+// newSiteReport returns the row of target for arrivals, the times its
+// requests arrived (or were written) in any order, under a limit of limit
+// per window: Requests, Peak, Rate and Span are theirs; the caller fills
+// in the answers.
+func newSiteReport(target string, arrivals []time.Time, limit int, window, elapsed time.Duration) siteReport {
+	end := time.Time{}
+	for _, t := range arrivals {
+		if t.After(end) {
+			end = t
+		}
+	}
+	return siteReport{Target: target, Requests: len(arrivals), Bans: -1, Peak: fakesite.Peak(arrivals, window), Limit: limit, Window: window,
+		Rate: achievedRate(arrivals, window, end), Span: span(arrivals), Elapsed: elapsed}
+}
+
+// achievedRate returns the rate, in requests per second, that arrivals
+// (in any order) achieved up to end, measured over whole windows: the
+// arrivals of the k whole windows from the first arrival to end, divided
+// by k windows; when end is less than a window after the first (k = 0),
+// all the arrivals over one window, the unit the limit is counted in. The
+// arrivals of the last, unfinished window (less than one window's worth)
+// are left out; so are any after end. It is 0 without arrivals.
+//
+// Each whole window is a half-open interval of the window's length, so it
+// holds at most the peak of any closed one: the figure never exceeds
+// peak/window, nor the limit for a run that kept it. Dividing n arrivals
+// by the time from the first to the last would overstate it: they span
+// n-1 intervals (20 paced 50ms apart span 950ms: 21/s against 20 per 1s),
+// and a burst at a window's start says nothing of the rate (two bursts of
+// 20, 1.05s apart: 38/s), which no formula over the span alone avoids.
+func achievedRate(arrivals []time.Time, window time.Duration, end time.Time) float64 {
+	if len(arrivals) == 0 || window <= 0 {
 		return 0
 	}
-	return float64(r.Requests) / r.Elapsed.Seconds()
+	first := arrivals[0]
+	for _, t := range arrivals[1:] {
+		if t.Before(first) {
+			first = t
+		}
+	}
+	k := end.Sub(first) / window
+	if k <= 0 {
+		n := 0
+		for _, t := range arrivals {
+			if !t.After(end) {
+				n++
+			}
+		}
+		return float64(n) / window.Seconds()
+	}
+	stop := first.Add(k * window)
+	n := 0
+	for _, t := range arrivals {
+		if t.Before(stop) {
+			n++
+		}
+	}
+	return float64(n) / (time.Duration(k) * window).Seconds()
 }
 
 // maxAllowed returns how many requests the limit allows within Span: a
@@ -95,7 +150,7 @@ func writeTable(w io.Writer, reports []siteReport) error {
 		used := 100 * float64(r.Requests) / float64(r.maxAllowed())
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%d of %d per %v\t%.1f/s (%.1f/s)\t%.0f%% of %d in %v\t%v\n",
 			r.Target, r.Requests, r.OK, r.TooMany, r.Banned, bans,
-			r.Peak, r.Limit, r.Window, r.rate(), limitRate,
+			r.Peak, r.Limit, r.Window, r.Rate, limitRate,
 			used, r.maxAllowed(), r.Span.Round(10*time.Millisecond), r.Elapsed.Round(10*time.Millisecond))
 	}
 	if err := tw.Flush(); err != nil {

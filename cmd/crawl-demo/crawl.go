@@ -77,13 +77,32 @@ func crawlThrottler(ctx context.Context, cfg *config, log *slog.Logger) (*thrott
 	return thr, func() { closeThr(); rdb.Close() }, nil
 }
 
+// quotaOf returns the crawl's group: a URL's host maps to the target of
+// the quota it counts against (thr.Target: by -key host, the host as
+// throttle.Normalize gives it; by -key domain, its registrable domain), so
+// the hosts that share one quota share one host's part of the workers
+// rather than each taking half of them while they wait on it. By -key ip
+// a host stays itself: its target needs a DNS lookup, which would hold up
+// the reading of the URLs behind it.
+func quotaOf(ctx context.Context, cfg *config, thr *throttle.Throttler) func(host string) string {
+	if throttle.KeyMode(cfg.keyMode) == throttle.ByIP {
+		return func(host string) string { return host }
+	}
+	return func(host string) string {
+		if name, ok := targetOf(ctx, thr, host); ok {
+			return name
+		}
+		return host
+	}
+}
+
 // crawlFiles crawls from in to out through thr and returns the exit status.
 func crawlFiles(ctx context.Context, cfg *config, thr *throttle.Throttler, in io.Reader, out io.Writer, stderr io.Writer, log *slog.Logger) int {
 	client := newFleetClient(cfg, thr, log, nil)
 	defer client.close()
 
 	start := time.Now()
-	sum, err := crawl(ctx, in, cfg.workers, func(ctx context.Context, u string) result { return fetch(ctx, client, u) }, newLineWriter(out).write)
+	sum, err := crawl(ctx, in, cfg.workers, quotaOf(ctx, cfg, thr), func(ctx context.Context, u string) result { return fetch(ctx, client, u) }, newLineWriter(out).write)
 	log.Info("crawl finished", "urls", sum.urls, "ok", sum.ok, "failed", sum.failed, "interrupted", sum.interrupted,
 		"elapsed", time.Since(start).Round(time.Millisecond))
 	if err != nil {
@@ -181,11 +200,13 @@ type summary struct {
 // maxLine, or the interrupted error when ctx ends before it is fetched. Once
 // ctx ends it reads no further; a read already in progress is not
 // interrupted, so a stalled stdin holds the crawl until it delivers or ends
-// (a second signal ends the process, see main).
+// (a second signal ends the process, see main). A URL's host goes through
+// group before the workers share out (hostQueue): URLs whose hosts group
+// alike count as one host there.
 //
 // It returns when every goroutine it started has returned. The error is the
 // first of reading in and writing; a write error also stops the crawl.
-func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Context, string) result, write func(result) error) (summary, error) {
+func crawl(ctx context.Context, in io.Reader, workers int, group func(host string) string, get func(context.Context, string) result, write func(result) error) (summary, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	jobs := newHostQueue(workers, lookahead*workers)
@@ -207,7 +228,7 @@ func crawl(ctx context.Context, in io.Reader, workers int, get func(context.Cont
 					results <- result{URL: line, Error: err.Error()}
 					return
 				}
-				if !jobs.put(ctx, job{url: line, host: host}) {
+				if !jobs.put(ctx, job{url: line, host: group(host)}) {
 					results <- result{URL: line, Error: interrupted}
 				}
 			}

@@ -23,7 +23,8 @@ type hostQueue struct {
 	closed  bool           // no more puts
 }
 
-// job is a URL to fetch and the host it is for.
+// job is a URL to fetch and the host it is for (or the group of hosts it
+// counts with, see crawl).
 type job struct{ url, host string }
 
 func newHostQueue(workers, room int) *hostQueue {

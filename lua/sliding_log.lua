@@ -114,10 +114,12 @@
 --   Reply: {now, then per target: remaining (-1: none, for the young
 --           store's hold; -2: none, the log or its latest entries were
 --           lost, noticed by this call), reset us (until the log is
---           empty), live processes (negative when this call's mark added
---           the process to them: it joined, or came back after it dropped
---           out), pause us, then per request: the delay us to its slot
---           when granted, or -1 - that delay when refused}.
+--           empty), live processes (plus, when this call marked the
+--           process live, its place among them in the order of their
+--           names, from 1, times 2^24; the whole negative when the mark
+--           added the process to them: it joined, or came back after it
+--           dropped out), pause us, then per request: the delay us to its
+--           slot when granted, or -1 - that delay when refused}.
 -- cancel:  ARGV[2] how long (us) meta keeps the cancelled slot, then the
 --          members to remove. The latest slot removed goes to meta, so that
 --          a process that saw it last does not take the log for lost.
@@ -807,7 +809,7 @@ if op == 'reserve' then
     -- The heartbeat: a process marks itself live every quarter of the
     -- liveness per target, and at once when the log was lost; the count
     -- goes to meta, where the calls in between read it.
-    local added
+    local added, place
     local beat = liveness > 0 or lost or young
     if liveness < 0 then liveness = -liveness end
     if beat and not epoch then
@@ -832,6 +834,12 @@ if op == 'reserve' then
       call('ZREMRANGEBYSCORE', procs, '-inf', fmt('%d', now - liveness))
       call('PEXPIRE', procs, fmt('%d', floor(liveness / 1000) + 1))
       live = call('ZCARD', procs)
+      -- Its place among them, by name: the processes agree on it, so
+      -- that in their fallback they can take turns at a gap.
+      place = 1
+      for _, p in ipairs(call('ZRANGE', procs, '0', '-1')) do
+        if p < proc then place = place + 1 end
+      end
     end
     if payload then
       -- Meta holds the log: it is written at each admission, with its TTL
@@ -867,6 +875,7 @@ if op == 'reserve' then
       local v = H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp, ni, '')
       if written then written[metakey] = v end
     end
+    if place then live = live + place * 16777216 end
     -- Not counted until now: the other processes' counts may lack it.
     if added == 1 then live = -live end
 

@@ -27,6 +27,7 @@ type target struct {
 
 	mu       sync.Mutex // guards everything below
 	live     int        // the largest live-process count seen lately; 0 until the store answered
+	place    int        // this process's place among the live processes, from 1, as the store last told it; 0 until it did
 	liveAt   time.Time  // when live was last confirmed
 	tail     time.Time  // local time of the latest slot the fleet is known to have booked
 	heard    time.Time  // when the store last answered a call for this target
@@ -213,6 +214,9 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	if st.Live > 0 && (st.Live >= tg.live || now.Sub(tg.liveAt) > liveness) {
 		tg.live = max(st.Live, 1)
 		tg.liveAt = now
+	}
+	if st.Place > 0 {
+		tg.place = st.Place
 	}
 	if end := mid.Add(st.Tail); end.After(tg.tail) {
 		tg.tail = end

@@ -40,6 +40,14 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 		// Seeded before anyone sees degraded.
 		share := tg.shareLocked()
 		ahead := max(tg.tail.Sub(now), t.horizon(tg))
+		// The shares keep the rule's gap times the live count: the
+		// processes, falling back together, would send together once per
+		// such gap. Each starts its place's gaps later instead, so that
+		// they take turns, a gap apart, as far as their clocks and the
+		// moments they fell back agree.
+		if share.Gap > tg.lim.Gap && tg.place > 0 && tg.place <= tg.live {
+			ahead += time.Duration(tg.place-1) * tg.lim.Gap
+		}
 		tg.seedID = nextID()
 		seed := []Entry{{ID: tg.seedID, N: share.Limit, Age: -ahead}}
 		_ = t.local.Restore(context.Background(), tg.name, share.Window, seed)

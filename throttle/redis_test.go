@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -2136,4 +2137,43 @@ func TestListLogsShareTargetsWithTheReleaseBefore(t *testing.T) {
 	require.True(t, reserve(listed, "y.example", 1))
 	require.False(t, reserve(inline, "y.example", 1), "the window holds 3")
 	require.Len(t, logOf(t, client, inline, "y.example"), 3, "WithListLogs moved the short log to the list, whole")
+}
+
+// TestProcessesLearnTheirPlaces: a call that marks a process live tells it
+// its place among the live processes, in the order of their names, which
+// every process learns alike; a call that does not mark tells none.
+func TestProcessesLearnTheirPlaces(t *testing.T) {
+	first, client, clock := fakeClockStore(t) // the default liveness, 10 s
+	stores := []*RedisStore{first}
+	for range 2 {
+		s, err := NewRedisStore(client, WithKeyPrefix(first.prefix))
+		require.NoError(t, err)
+		s.now = first.now
+		stores = append(stores, s)
+	}
+	ctx := context.Background()
+	lim := Limit{Limit: 100, Window: time.Second + DefaultMargin}
+	reserve := func(s *RedisStore) State {
+		t.Helper()
+		st, err := s.Reserve(ctx, "example.com", lim, []Request{{ID: nextID(), N: 1, MaxWait: 0}}, make([]Grant, 1))
+		require.NoError(t, err)
+		return st
+	}
+	for i, s := range stores {
+		st := reserve(s) // each joins, and marks itself
+		require.Equal(t, i+1, st.Live)
+		require.Positive(t, st.Place)
+		require.LessOrEqual(t, st.Place, st.Live)
+	}
+	require.Zero(t, reserve(first).Place, "no mark, no place")
+
+	clock.Advance(2600 * time.Millisecond)
+	byName := slices.Clone(stores)
+	slices.SortFunc(byName, func(a, b *RedisStore) int { return cmp.Compare(a.procNum, b.procNum) })
+	for _, s := range stores {
+		s.target("example.com").marked.Store(0) // a mark is due (a quarter of the liveness after the last, by the local clock)
+		st := reserve(s)
+		require.Equal(t, 3, st.Live)
+		require.Equal(t, slices.Index(byName, s)+1, st.Place, "places follow the processes' names")
+	}
 }

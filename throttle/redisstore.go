@@ -801,8 +801,9 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 }
 
 // decode reads one target's part of a reserve reply: remaining, reset, live
-// (negative when this call added the process to it), pause, then a delay
-// per request (-1 - delay when refused) into grants.
+// (plus, when this call marked the process, its place times 2^24; negative
+// when this call added the process to it), pause, then a delay per request
+// (-1 - delay when refused) into grants.
 func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant) State {
 	for i, d := range vals[4:] {
 		if d >= 0 {
@@ -830,14 +831,15 @@ func (rt *redisTarget) decode(now int64, lim Limit, vals []int64, grants []Grant
 		rt.sawLast(last, own)
 		tail = max(reset-window, 0)
 	}
-	live := vals[2]
+	live := max(vals[2], -vals[2])
 	return State{
 		Remaining:  int(max(vals[0], 0)),
 		Young:      vals[0] == -1,
 		Lost:       vals[0] == -2,
 		ResetAfter: fromUS(reset),
-		Live:       int(max(live, -live)),
-		Joined:     live < 0,
+		Live:       int(live % (1 << 24)),
+		Place:      int(live >> 24),
+		Joined:     vals[2] < 0,
 		Tail:       fromUS(tail),
 		Paused:     fromUS(vals[3]),
 	}

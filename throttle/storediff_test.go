@@ -104,7 +104,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 							grants[i] = make([]Grant, len(reqs))
 							states[i], err = s.Reserve(ctx, target, lim, reqs, grants[i])
 							require.NoError(t, err, "step %d", step)
-							states[i].Live, states[i].Joined = 0, false // each store's own heartbeat
+							states[i].Live, states[i].Place, states[i].Joined = 0, 0, false // each store's own heartbeat
 						}
 						require.Equal(t, grants[0], grants[1], "step %d: grants of %+v", step, reqs)
 						require.Equal(t, states[0], states[1], "step %d: state", step)

@@ -253,6 +253,7 @@ type flakyStore struct {
 	fail     atomic.Bool
 	latency  time.Duration
 	live     int // the live count it reports; 0 means 2
+	place    int // the place it reports (0: none)
 	reserves atomic.Int64
 	restored atomic.Int64
 }
@@ -270,6 +271,7 @@ func (s *flakyStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	if s.live > 0 {
 		st.Live = s.live
 	}
+	st.Place = s.place
 	return st, err
 }
 
@@ -636,6 +638,61 @@ func TestLocalFallbackWaitsWhenNoShareIsSafe(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestFallbackSharesTakeTurnsAtTheGap: processes that fall back together
+// keep the rule's gap times their number each, and start their places'
+// gaps apart, so that the fleet's requests stay a gap apart rather than
+// leave together.
+func TestFallbackSharesTakeTurnsAtTheGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const gap = 100 * time.Millisecond
+		rules, err := ParseRules("*=4/1s,gap=100ms")
+		require.NoError(t, err)
+		var stores []*flakyStore
+		var trs []*Throttler
+		for place := 1; place <= 2; place++ {
+			store := &flakyStore{MemoryStore: NewMemoryStore(), live: 2, place: place}
+			defer store.Close()
+			tr, err := New(rules, WithStore(store), WithLogger(quietLogger()))
+			require.NoError(t, err)
+			defer tr.Close()
+			stores, trs = append(stores, store), append(trs, tr)
+		}
+		ctx := context.Background()
+		for _, tr := range trs {
+			require.NoError(t, tr.Wait(ctx, "example.com"))
+		}
+		tg, err := trs[0].target(ctx, "example.com")
+		require.NoError(t, err)
+		time.Sleep(trs[0].shareSpan(tg)) // members of long standing
+		for _, tr := range trs {
+			require.NoError(t, tr.Wait(ctx, "example.com"))
+		}
+		for _, s := range stores {
+			s.fail.Store(true)
+		}
+		start := time.Now()
+		sent := make([][]time.Duration, len(trs))
+		var wg sync.WaitGroup
+		for i, tr := range trs {
+			wg.Go(func() {
+				for range 3 {
+					require.NoError(t, tr.Wait(ctx, "example.com"))
+					sent[i] = append(sent[i], time.Since(start))
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, ModeFallback, trs[0].Mode())
+		// A share of 2 per window (1.05s with the margin), spaced 200ms:
+		// the first two requests of each process a gap times two apart, the
+		// third a window after the first.
+		for i := range 3 {
+			require.Equal(t, gap, sent[1][i]-sent[0][i], "the second process's request %d comes a gap after the first's", i)
+		}
+		require.Equal(t, 2*gap, sent[0][1]-sent[0][0], "each process keeps the gap times two")
+	})
 }
 
 func TestFleetPauseHoldsInTheFallback(t *testing.T) {

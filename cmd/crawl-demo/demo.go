@@ -96,8 +96,7 @@ func runDemo(ctx context.Context, cfg *config, stdout, stderr io.Writer, log *sl
 	banned := rep.Banned > 0
 	if site != nil {
 		st := site.Stats()
-		rep = newSiteReport(name, st.Arrivals, demoLimit, demoWindow, elapsed)
-		rep.Requests, rep.OK, rep.TooMany, rep.Banned, rep.Bans, rep.Peak = st.Requests, st.OK, st.TooMany, st.Banned, st.Bans, st.Peak
+		rep = siteReportOf(name, st, elapsed)
 		arrivals, basis, banned = st.Arrivals, "as the site saw them", st.Bans > 0
 	}
 	return finish(stdout, stderr, cfg.chart, rep, arrivals, start, basis, banned, ctx.Err() != nil, cfg.pages-f.rec.fetched())
@@ -169,8 +168,7 @@ func serveSite(ctx context.Context, cfg *config, stdout, stderr io.Writer) int {
 	if err != nil { // the address we listened on
 		name = strings.TrimPrefix(srv.url, "http://")
 	}
-	rep := newSiteReport(name, st.Arrivals, demoLimit, demoWindow, span(st.Arrivals))
-	rep.Requests, rep.OK, rep.TooMany, rep.Banned, rep.Bans, rep.Peak = st.Requests, st.OK, st.TooMany, st.Banned, st.Bans, st.Peak
+	rep := siteReportOf(name, st, span(st.Arrivals))
 	if len(st.Arrivals) > 0 {
 		start = st.Arrivals[0]
 	}
@@ -370,10 +368,17 @@ func (r *recorder) report(target string, elapsed time.Duration) (siteReport, []t
 
 // span returns the time from the earliest to the latest of ts.
 func span(ts []time.Time) time.Duration {
+	lo, hi := bounds(ts)
+	return hi.Sub(lo)
+}
+
+// bounds returns the earliest and the latest of ts, in any order; zero
+// times when ts is empty.
+func bounds(ts []time.Time) (lo, hi time.Time) {
 	if len(ts) == 0 {
-		return 0
+		return time.Time{}, time.Time{}
 	}
-	lo, hi := ts[0], ts[0]
+	lo, hi = ts[0], ts[0]
 	for _, t := range ts[1:] {
 		if t.Before(lo) {
 			lo = t
@@ -382,5 +387,5 @@ func span(ts []time.Time) time.Duration {
 			hi = t
 		}
 	}
-	return hi.Sub(lo)
+	return lo, hi
 }

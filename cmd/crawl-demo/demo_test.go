@@ -93,7 +93,7 @@ func TestDemoCountsOnlyRequestsThatReachedTheTarget(t *testing.T) {
 	chart := filepath.Join(t.TempDir(), "chart.svg")
 	got := runCmd(context.Background(), t, "", "-pages", "5", "-chart", chart, "-target", "http://127.0.0.1:1", "-retries", "1")
 	require.Equal(t, 1, got.code, "stdout: %s\nstderr: %s", got.stdout, got.stderr)
-	require.Regexp(t, `\n127\.0\.0\.1\S*\s+0\s+0\s+0\s+0\s+\?\s+0 of 20 per 1s\s+0\.0/s`, got.stdout, "table row")
+	require.Regexp(t, `\n127\.0\.0\.1\s+0\s+0\s+0\s+0\s+\?\s+0 of 20 per 1s\s+0\.0/s`, got.stdout, "table row")
 	require.Contains(t, got.stdout, "result: no ban, but 5 pages were not fetched (-v shows why); at most 0 requests in any 1s")
 }
 

@@ -70,17 +70,20 @@ type siteReport struct {
 	Elapsed  time.Duration // the run's time
 }
 
+// siteReportOf returns the row of target for what the demo's site saw.
+func siteReportOf(target string, st fakesite.Stats, elapsed time.Duration) siteReport {
+	rep := newSiteReport(target, st.Arrivals, demoLimit, demoWindow, elapsed)
+	rep.OK, rep.TooMany, rep.Banned, rep.Bans = st.OK, st.TooMany, st.Banned, st.Bans
+	rep.Requests, rep.Peak = st.Requests, st.Peak // the site's own counts
+	return rep
+}
+
 // newSiteReport returns the row of target for arrivals, the times its
 // requests arrived (or were written) in any order, under a limit of limit
 // per window: Requests, Peak, Rate and Span are theirs; the caller fills
 // in the answers.
 func newSiteReport(target string, arrivals []time.Time, limit int, window, elapsed time.Duration) siteReport {
-	end := time.Time{}
-	for _, t := range arrivals {
-		if t.After(end) {
-			end = t
-		}
-	}
+	_, end := bounds(arrivals)
 	return siteReport{Target: target, Requests: len(arrivals), Bans: -1, Peak: fakesite.Peak(arrivals, window), Limit: limit, Window: window,
 		Rate: achievedRate(arrivals, window, end), Span: span(arrivals), Elapsed: elapsed}
 }
@@ -104,12 +107,7 @@ func achievedRate(arrivals []time.Time, window time.Duration, end time.Time) flo
 	if len(arrivals) == 0 || window <= 0 {
 		return 0
 	}
-	first := arrivals[0]
-	for _, t := range arrivals[1:] {
-		if t.Before(first) {
-			first = t
-		}
-	}
+	first, _ := bounds(arrivals)
 	k := end.Sub(first) / window
 	if k <= 0 {
 		n := 0

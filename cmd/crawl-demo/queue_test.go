@@ -2,7 +2,8 @@ package main
 
 import (
 	"context"
-	"strings"
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -45,37 +46,39 @@ func TestHostQueueSharesWorkersAmongHosts(t *testing.T) {
 
 // TestHostsOfOneQuotaShareOneHostsWorkers: hosts that group alike (one
 // quota, by -key domain) count as one host when the workers share out, so
-// a second host of a quota the first worker waits on does not take the
-// other worker while another quota's URL waits.
+// a second host of a quota a worker waits on does not take the other
+// worker while another quota's URL waits; by -key ip each host counts
+// apart.
 func TestHostsOfOneQuotaShareOneHostsWorkers(t *testing.T) {
-	in := strings.NewReader("http://a.example.com/1\nhttp://b.example.com/1\nhttp://other.test/1\n")
-	group := func(host string) string {
-		if strings.HasSuffix(host, ".example.com") {
-			return "example.com"
-		}
-		return host
-	}
-	release := make(chan struct{})
-	started := make(chan string, 3)
-	get := func(ctx context.Context, u string) result {
-		started <- u
-		if strings.Contains(u, "example.com") {
-			select {
-			case <-release: // the quota's wait, until the other quota's URL has started
-			case <-ctx.Done():
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key  string
+		want []string // the URLs two workers take first
+	}{
+		{"domain", []string{"a.example.com", "other.test"}},
+		{"host", []string{"a.example.com", "b.example.com"}},
+		{"ip", []string{"a.example.com", "b.example.com"}},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			cfg, err := parseFlags([]string{"-urls", "-", "-key", tc.key, "-default", "1/1s"}, io.Discard)
+			require.NoError(t, err)
+			rules, err := cfg.throttleRules()
+			require.NoError(t, err)
+			thr, closeThr, err := newThrottler(cfg, rules, nil, slog.New(slog.DiscardHandler))
+			require.NoError(t, err)
+			defer closeThr()
+			group := quotaOf(ctx, cfg, thr)
+			q := newHostQueue(2, 10) // a share of one worker
+			for _, host := range []string{"a.example.com", "b.example.com", "other.test"} {
+				require.True(t, q.put(ctx, job{url: host, host: group(host)}))
 			}
-		}
-		return result{URL: u, Status: 200}
+			var took []string
+			for range 2 {
+				j, ok := q.take(ctx)
+				require.True(t, ok)
+				took = append(took, j.url)
+			}
+			require.Equal(t, tc.want, took)
+		})
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := crawl(context.Background(), in, 2, group, get, func(result) error { return nil })
-		done <- err
-	}()
-	first, second := <-started, <-started
-	require.Equal(t, "http://a.example.com/1", first)
-	require.Equal(t, "http://other.test/1", second, "b.example.com counts with a.example.com: the other worker takes the other quota's URL")
-	close(release)
-	require.Equal(t, "http://b.example.com/1", <-started)
-	require.NoError(t, <-done)
 }

@@ -89,3 +89,35 @@ func lastOf(ts []time.Time) time.Time {
 	}
 	return ts[len(ts)-1]
 }
+
+// TestAchievedRateCountsWholeWindows: exact figures at the edges. Windows
+// are half-open, so an arrival exactly a window after the first falls in
+// the next; arrivals after end, or in the last unfinished window, are left
+// out; the order of arrivals does not matter.
+func TestAchievedRateCountsWholeWindows(t *testing.T) {
+	base := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms ...int) []time.Time {
+		var ts []time.Time
+		for _, m := range ms {
+			ts = append(ts, base.Add(time.Duration(m)*time.Millisecond))
+		}
+		return ts
+	}
+	for _, tc := range []struct {
+		name     string
+		arrivals []time.Time
+		end      time.Time
+		want     float64
+	}{
+		{"one at the window's end goes to the next", at(0, 500, 1000), base.Add(time.Second), 2},
+		{"the unfinished window is left out", at(0, 500, 1000, 1500), base.Add(1900 * time.Millisecond), 2},
+		{"shorter than a window: per one window, up to end", at(0, 100, 300), base.Add(200 * time.Millisecond), 2},
+		{"end before the first", at(0, 100), base.Add(-2 * time.Second), 0},
+		{"any order", at(1500, 0, 500, 2200), base.Add(2200 * time.Millisecond), 1.5},
+		{"none", nil, base, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.InDelta(t, tc.want, achievedRate(tc.arrivals, time.Second, tc.end), 1e-9)
+		})
+	}
+}

@@ -102,17 +102,17 @@ func (tr *Transport) target(ctx context.Context, host string) (string, error) {
 
 // log writes a line about a request to host at level, when the logger
 // takes it: first the throttle's target for host (what its quota and
-// pauses are keyed on, shared by every host and port that map to it; host
-// itself when it maps to none), then host as the URL gives it, then args.
+// pauses are keyed on, shared by every host and port that map to it), when
+// it has one, then host as the URL gives it, then args.
 func (tr *Transport) log(ctx context.Context, level slog.Level, msg, host string, args ...any) {
 	if !tr.cfg.logger.Enabled(ctx, level) {
 		return
 	}
-	target := host
+	head := []any{"host", host}
 	if name, err := tr.target(ctx, host); err == nil {
-		target = name
+		head = []any{"target", name, "host", host}
 	}
-	tr.cfg.logger.Log(ctx, level, msg, append([]any{"target", target, "host", host}, args...)...)
+	tr.cfg.logger.Log(ctx, level, msg, append(head, args...)...)
 }
 
 func hasRemaining(h http.Header) bool {

@@ -235,7 +235,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if info.Err != nil {
 			tr.log(ctx, slog.LevelDebug, "fleetgate: retrying", host,
-				"attempt", attempt+1, "delay", delay, "error", hidePassword(info.Err.Error(), req.URL))
+				"attempt", attempt+1, "delay", delay, "error", hiddenPassword{info.Err, req.URL})
 		} else {
 			tr.log(ctx, slog.LevelDebug, "fleetgate: retrying", host,
 				"attempt", attempt+1, "delay", delay, "status", info.Status)
@@ -451,6 +451,18 @@ func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
+}
+
+// hiddenPassword is an attempt's error in a log line: its text as
+// hidePassword gives it, made only when the line is written.
+type hiddenPassword struct {
+	err error
+	u   *url.URL
+}
+
+// LogValue implements slog.LogValuer.
+func (h hiddenPassword) LogValue() slog.Value {
+	return slog.StringValue(hidePassword(h.err.Error(), h.u))
 }
 
 // hidePassword returns msg, an attempt's error, with the password of u's

@@ -301,7 +301,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	q, err := openQuota(ctx, cfg.redisURL, rule, cfg.margin, log)
 	if err != nil {
 		if ctx.Err() != nil {
-			return err
+			return fmt.Errorf("%w while connecting to Redis: %w", context.Cause(ctx), err)
 		}
 		return &configError{err} // a bad REDIS_URL, or a Redis that does not answer as a master
 	}

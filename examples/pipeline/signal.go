@@ -14,6 +14,10 @@ type signalError struct{ sig os.Signal }
 
 func (e *signalError) Error() string { return "interrupted by " + signalName(e.sig) }
 
+// Unwrap returns context.Canceled: an interrupted run matches it, as one
+// cancelled any other way does.
+func (e *signalError) Unwrap() error { return context.Canceled }
+
 // signalName returns "SIGINT" for os.Interrupt (Ctrl-C), "SIGTERM" for
 // syscall.SIGTERM, and sig.String() for any other signal.
 func signalName(sig os.Signal) string {

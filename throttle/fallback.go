@@ -40,14 +40,7 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 		// Seeded before anyone sees degraded.
 		share := tg.shareLocked()
 		ahead := max(tg.tail.Sub(now), t.horizon(tg))
-		// The shares keep the rule's gap times the live count: the
-		// processes, falling back together, would send together once per
-		// such gap. Each starts its place's gaps later instead, so that
-		// they take turns, a gap apart, as far as their clocks and the
-		// moments they fell back agree.
-		if share.Gap > tg.lim.Gap && tg.place > 0 && tg.place <= tg.live {
-			ahead += time.Duration(tg.place-1) * tg.lim.Gap
-		}
+		ahead += tg.turnAfter(now.Add(ahead+share.Window), share)
 		tg.seedID = nextID()
 		seed := []Entry{{ID: tg.seedID, N: share.Limit, Age: -ahead}}
 		_ = t.local.Restore(context.Background(), tg.name, share.Window, seed)
@@ -55,6 +48,26 @@ func (t *Throttler) enterFallback(tg *target, cause error) {
 	tg.degraded, tg.probed, tg.since = true, now, now
 	tg.mu.Unlock()
 	t.storeDown(tg, now, cause)
+}
+
+// turnAfter returns how long after first, the earliest local admission a
+// fallback allows, this process's turn comes. The shares keep the rule's
+// gap times the live count, so processes that fell back together would
+// send together once per such gap. Instead each starts at its place's
+// gaps past a whole number of windows on the clock: a share that keeps
+// sending repeats every window (its part of the limit a share's gap
+// apart, then a window after the first), so the processes' shares take
+// turns a gap apart for as long as they send, however far apart the
+// moments they fell back, as far as their clocks agree and their places
+// are current. It is 0 when the rule has no gap, the share is the whole
+// limit, or the store never told this process its place. tg.mu is held.
+func (tg *target) turnAfter(first time.Time, share Limit) time.Duration {
+	if share.Gap <= tg.lim.Gap || tg.place < 1 || tg.place > tg.live {
+		return 0
+	}
+	w := int64(share.Window)
+	turn := int64(tg.place-1) * int64(tg.lim.Gap) % w
+	return time.Duration(((turn-first.UnixNano()%w)%w + w) % w)
 }
 
 // storeDown records that the store failed for tg at now. One line per

@@ -640,59 +640,73 @@ func TestLocalFallbackWaitsWhenNoShareIsSafe(t *testing.T) {
 	}
 }
 
-// TestFallbackSharesTakeTurnsAtTheGap: processes that fall back together
-// keep the rule's gap times their number each, and start their places'
-// gaps apart, so that the fleet's requests stay a gap apart rather than
-// leave together.
+// TestFallbackSharesTakeTurnsAtTheGap: processes in the fallback keep the
+// rule's gap times their number each, and take turns at their places'
+// gaps past whole windows on the clock, so that the fleet's requests stay
+// a gap apart rather than leave together, even when the processes fell
+// back at different moments.
 func TestFallbackSharesTakeTurnsAtTheGap(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const gap = 100 * time.Millisecond
-		rules, err := ParseRules("*=4/1s,gap=100ms")
-		require.NoError(t, err)
-		var stores []*flakyStore
-		var trs []*Throttler
-		for place := 1; place <= 2; place++ {
-			store := &flakyStore{MemoryStore: NewMemoryStore(), live: 2, place: place}
-			defer store.Close()
-			tr, err := New(rules, WithStore(store), WithLogger(quietLogger()))
-			require.NoError(t, err)
-			defer tr.Close()
-			stores, trs = append(stores, store), append(trs, tr)
-		}
-		ctx := context.Background()
-		for _, tr := range trs {
-			require.NoError(t, tr.Wait(ctx, "example.com"))
-		}
-		tg, err := trs[0].target(ctx, "example.com")
-		require.NoError(t, err)
-		time.Sleep(trs[0].shareSpan(tg)) // members of long standing
-		for _, tr := range trs {
-			require.NoError(t, tr.Wait(ctx, "example.com"))
-		}
-		for _, s := range stores {
-			s.fail.Store(true)
-		}
-		start := time.Now()
-		sent := make([][]time.Duration, len(trs))
-		var wg sync.WaitGroup
-		for i, tr := range trs {
-			wg.Go(func() {
-				for range 3 {
+	for _, apart := range []time.Duration{0, 130 * time.Millisecond, 730 * time.Millisecond} {
+		t.Run(fmt.Sprintf("fell back %v apart", apart), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const gap = 100 * time.Millisecond
+				window := time.Second + DefaultMargin
+				rules, err := ParseRules("*=4/1s,gap=100ms")
+				require.NoError(t, err)
+				var stores []*flakyStore
+				var trs []*Throttler
+				for place := 1; place <= 2; place++ {
+					store := &flakyStore{MemoryStore: NewMemoryStore(), live: 2, place: place}
+					defer store.Close()
+					tr, err := New(rules, WithStore(store), WithLogger(quietLogger()))
+					require.NoError(t, err)
+					defer tr.Close()
+					stores, trs = append(stores, store), append(trs, tr)
+				}
+				ctx := context.Background()
+				for _, tr := range trs {
 					require.NoError(t, tr.Wait(ctx, "example.com"))
-					sent[i] = append(sent[i], time.Since(start))
+				}
+				tg, err := trs[0].target(ctx, "example.com")
+				require.NoError(t, err)
+				time.Sleep(trs[0].shareSpan(tg)) // members of long standing
+				for _, tr := range trs {
+					require.NoError(t, tr.Wait(ctx, "example.com"))
+				}
+				for _, s := range stores {
+					s.fail.Store(true)
+				}
+				const n = 5
+				sent := make([][]time.Time, len(trs))
+				var wg sync.WaitGroup
+				for i, tr := range trs {
+					wg.Go(func() {
+						time.Sleep(time.Duration(i) * apart) // the second falls back later
+						for range n {
+							require.NoError(t, tr.Wait(ctx, "example.com"))
+							sent[i] = append(sent[i], time.Now())
+						}
+					})
+				}
+				wg.Wait()
+				require.Equal(t, ModeFallback, trs[1].Mode())
+				// A share of 2 per window (1.05s with the margin), spaced
+				// 200ms: two requests a gap times two apart, then a window
+				// after the first.
+				require.Equal(t, 2*gap, sent[0][1].Sub(sent[0][0]), "each process keeps the gap times two")
+				require.Equal(t, window, sent[0][2].Sub(sent[0][0]))
+				all := slices.Concat(sent...)
+				slices.SortFunc(all, time.Time.Compare)
+				for k := 1; k < len(all); k++ {
+					require.GreaterOrEqual(t, all[k].Sub(all[k-1]), gap, "the fleet's requests %d and %d", k-1, k)
+				}
+				for k := range n {
+					d := sent[1][k].Sub(sent[0][k]) % window
+					require.Equal(t, gap, (d+window)%window, "the second process's turn is a gap after the first's")
 				}
 			})
-		}
-		wg.Wait()
-		require.Equal(t, ModeFallback, trs[0].Mode())
-		// A share of 2 per window (1.05s with the margin), spaced 200ms:
-		// the first two requests of each process a gap times two apart, the
-		// third a window after the first.
-		for i := range 3 {
-			require.Equal(t, gap, sent[1][i]-sent[0][i], "the second process's request %d comes a gap after the first's", i)
-		}
-		require.Equal(t, 2*gap, sent[0][1]-sent[0][0], "each process keeps the gap times two")
-	})
+		})
+	}
 }
 
 func TestFleetPauseHoldsInTheFallback(t *testing.T) {

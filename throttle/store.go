@@ -77,7 +77,7 @@ type State struct {
 	Remaining  int           // units the window still has room for, 0 while paused (a gap may still delay them)
 	ResetAfter time.Duration // until the log is empty; 0 when it is already
 	Live       int           // processes seen on this target lately, this one included; 0 when the store has no count yet (until the next mark)
-	Place      int           // when this call marked the process live: its place among the Live processes, from 1, in an order every process of the fleet learns alike; 0 when the call did not tell (a Store that never tells leaves the processes' fallback turns unstaggered, see Limit.Gap)
+	Place      int           // when this call marked the process live: its place among the Live processes, from 1, in an order every process of the fleet learns alike; 0 when the call did not tell. In the FailLocal fallback the processes' shares take turns at the rule's gap by their places; under a Store that never tells, they start together
 	Joined     bool          // this call added this process to Live: its first call, or its first since it dropped out (the others' counts may lack it); a MemoryStore, one process alone, never sets it, and a Store that counts processes but never sets it makes a process that came back count as one of long standing in the fallback
 	Tail       time.Duration // until the latest entry's slot; 0 when none is in the future
 	Paused     time.Duration // what is left of the pause; 0 when there is none

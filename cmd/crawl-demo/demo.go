@@ -361,7 +361,7 @@ func (r *recorder) report(target string, elapsed time.Duration) (siteReport, []t
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sends := append([]time.Time(nil), r.sends...)
-	rep := newSiteReport(target, sends, demoLimit, demoWindow, elapsed)
+	rep := newSiteReport(target, sends, fakesite.Peak(sends, demoWindow), demoLimit, demoWindow, elapsed)
 	rep.OK, rep.TooMany, rep.Banned = r.ok, r.tooMany, r.forbidden
 	return rep, sends, "as this process sent them"
 }

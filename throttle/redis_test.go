@@ -1332,6 +1332,24 @@ func TestALostBookingBelowACancelledOneIsNoticed(t *testing.T) {
 	}
 }
 
+// twoProcessesOnAFullLog returns two processes, p and q, sharing one Redis
+// whose data is old, with p's log lines recorded in logs, after p was
+// admitted twice to x.example, the limit of rule (two per window).
+func twoProcessesOnAFullLog(t *testing.T, rule string) (client *redis.Client, p, q *Throttler, logs *logRecorder) {
+	t.Helper()
+	client, process := processesOnOneRedis(t, rule)
+	p, q = process(), process()
+	ageData(t, client, p.store.(*RedisStore))
+	logs = &logRecorder{}
+	p.cfg.logger = slog.New(logs)
+	for range 2 {
+		d, err := p.Allow(context.Background(), "x.example")
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+	return client, p, q, logs
+}
+
 // TestALostBookingIsNotSentOn: a process about to send on a slot it booked
 // asks the store (Reservation.Paused, as the transport does) whether the
 // fleet is paused, and in the same call whether its booking is still in
@@ -1340,17 +1358,8 @@ func TestALostBookingBelowACancelledOneIsNoticed(t *testing.T) {
 // is a hold, for the lost bookings of every process, so the first gives
 // its slot back instead of sending a request too many.
 func TestALostBookingIsNotSentOn(t *testing.T) {
-	client, process := processesOnOneRedis(t, "*=2/1s")
+	client, p, q, logs := twoProcessesOnAFullLog(t, "*=2/1s")
 	ctx := context.Background()
-	p, q := process(), process()
-	ageData(t, client, p.store.(*RedisStore))
-	logs := &logRecorder{}
-	p.cfg.logger = slog.New(logs)
-	for range 2 {
-		d, err := p.Allow(ctx, "x.example")
-		require.NoError(t, err)
-		require.True(t, d.Allowed)
-	}
 	failover := replicaOf(t, client, p.store.(*RedisStore).keys("x.example")[:2])
 	r, err := p.ReserveN(ctx, "x.example", 1)
 	require.NoError(t, err)
@@ -1377,16 +1386,8 @@ func TestALostBookingIsNotSentOn(t *testing.T) {
 // it); a caller that asks that late (a starved process) is told the pause
 // alone, and nothing is taken for lost.
 func TestABookingWhoseSlotHasComeIsNotChecked(t *testing.T) {
-	client, process := processesOnOneRedis(t, "*=2/100ms")
+	_, p, q, logs := twoProcessesOnAFullLog(t, "*=2/100ms")
 	ctx := context.Background()
-	p, q := process(), process()
-	ageData(t, client, p.store.(*RedisStore))
-	logs := &logRecorder{}
-	p.cfg.logger = slog.New(logs)
-	for range 2 {
-		_, err := p.Allow(ctx, "x.example")
-		require.NoError(t, err)
-	}
 	r, err := p.ReserveN(ctx, "x.example", 1)
 	require.NoError(t, err)
 	require.Positive(t, r.Delay())

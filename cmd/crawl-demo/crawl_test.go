@@ -561,23 +561,28 @@ func TestCrawlNeverShowsTheRedisPassword(t *testing.T) {
 func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 	srv, _ := countingServer(t)
 	ok := strings.Replace(srv.URL, "http://", "http://alice:s3cret@", 1) + "/ok"
-	down := "http://bob:hunter2@127.0.0.1:1/down" // nothing listens on port 1
+	token := strings.Replace(srv.URL, "http://", "http://T0kenLeak99@", 1) + "/token" // a user alone: a token
+	down := "http://bob:hunter2@127.0.0.1:1/down"                                     // nothing listens on port 1
+	downToken := "http://T0kenLeak98@127.0.0.1:1/down"
 	// Lines that do not parse as URLs: a space in the host, a bad escape
 	// in the password.
 	spaced, escaped := "http://carol:PwLeak77@a b.com/x", "http://dave:Pw%zzLeak88@example.com/"
-	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, ok, down, spaced, escaped), "-default", "100/1s", "-retries", "1", "-v")
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, ok, token, down, downToken, spaced, escaped), "-default", "100/1s", "-retries", "1", "-v")
 	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
-	for _, secret := range []string{"s3cret", "hunter2", "PwLeak77", "Leak88"} {
+	for _, secret := range []string{"s3cret", "T0kenLeak99", "T0kenLeak98", "hunter2", "PwLeak77", "Leak88"} {
 		require.NotContains(t, got.stdout, secret)
 		require.NotContains(t, got.stderr, secret)
 	}
 	lines := decodeLines(t, got.stdout)
-	require.Len(t, lines, 4)
+	require.Len(t, lines, 6)
 	byURL := map[string]result{}
 	for _, r := range lines {
 		byURL[r.URL] = r
 	}
 	require.Equal(t, 200, byURL[strings.Replace(ok, "s3cret", "xxxxx", 1)].Status, "%+v", lines)
+	require.Equal(t, 200, byURL[strings.Replace(token, "T0kenLeak99", "xxxxx", 1)].Status, "%+v", lines)
+	require.NotEmpty(t, byURL["http://xxxxx@127.0.0.1:1/down"].Error, "%+v", lines)
+	require.Contains(t, got.stderr, "url=http://xxxxx@127.0.0.1:1/down", "-v names each failed attempt's URL")
 	failed := byURL[strings.Replace(down, "hunter2", "xxxxx", 1)]
 	require.NotEmpty(t, failed.Error, "%+v", lines)
 	require.Equal(t, "not a URL: a character a host name cannot hold", byURL["http://carol:xxxxx@a b.com/x"].Error, "%+v", lines)
@@ -587,7 +592,9 @@ func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 func TestHidePassword(t *testing.T) {
 	for raw, want := range map[string]string{
 		"http://u:pw@example.com/x":                                 "http://u:xxxxx@example.com/x",
-		"http://u@example.com/x":                                    "http://u@example.com/x",
+		"http://u@example.com/x":                                    "http://xxxxx@example.com/x",
+		"http://T0KEN@a b.com/x":                                    "http://xxxxx@a b.com/x",
+		"http://h/r?to=http://T0KEN@g/x":                            "http://h/r?to=http://xxxxx@g/x",
 		"http://u:p@w@a b.com/x":                                    "http://u:xxxxx@a b.com/x",
 		"u:pw@example.com/x":                                        "u:xxxxx@example.com/x",
 		"http://example.com:80/a@b":                                 "http://example.com:80/a@b",
@@ -599,12 +606,14 @@ func TestHidePassword(t *testing.T) {
 		"http://u:Pw%zz@host:8080/p@q:r@":                           "http://u:xxxxx@",
 		"http://u:pw@h/r?to=http://v:Other@g/x&b=https://w:Third@k": "http://u:xxxxx@h/r?to=http://v:xxxxx@g/x&b=https://w:xxxxx@k",
 		"http://h/r?to=http%3A%2F%2Fv%3Apw2%40host%2F&b=https%3a%2f%2fw%3aThird%40k": "http://h/r?to=http%3A%2F%2Fv%3Axxxxx%40host%2F&b=https%3a%2f%2fw%3axxxxx%40k",
-		"http://h/r?to=http%3A%2F%2Fv%40host%2Fa%3Ab%40c":                            "http://h/r?to=http%3A%2F%2Fv%40host%2Fa%3Ab%40c",
+		"http://h/r?to=http%3A%2F%2Fv%40host%2Fa%3Ab%40c":                            "http://h/r?to=http%3A%2F%2Fxxxxx%40host%2Fa%3Ab%40c",
+		"http://h/r?to=http%3A%2F%2Fhost%2Fa%3Ab%40c":                                "http://h/r?to=http%3A%2F%2Fhost%2Fa%3Ab%40c",
 		"https://h/\xff\xff?next=https%3A%2F%2Fu%3Asecret%40h2%2F":                   "https://h/\xff\xff?next=https%3A%2F%2Fu%3Axxxxx%40h2%2F",
 		"https://h/ȺȺȺ?n=https%3A%2F%2Fu%3Asecret%40h2":                              "https://h/ȺȺȺ?n=https%3A%2F%2Fu%3Axxxxx%40h2",
 		"https://h/İİİİ?n=https%3A%2F%2Fu%3Asecret%40h2":                             "https://h/İİİİ?n=https%3A%2F%2Fu%3Axxxxx%40h2",
 		"\xff\xff\xff\xff%3A%2F%2F":                                                  "\xff\xff\xff\xff%3A%2F%2F",
-		"http://h/r?to=http://v@g/x:y@z":                                             "http://h/r?to=http://v@g/x:y@z",
+		"http://h/r?to=http://v@g/x:y@z":                                             "http://h/r?to=http://xxxxx@g/x:y@z",
+		"http://h/r?to=http://g/x:y@z":                                               "http://h/r?to=http://g/x:y@z",
 	} {
 		require.Equal(t, want, hidePassword(raw), raw)
 	}
@@ -817,7 +826,7 @@ func TestHideErrorPasswords(t *testing.T) {
 		`"http://u:p w@h/" and "u:p@h"`:            `"http://u:xxxxx@h/" and "u:p@h"`,
 		`"http://h/?next=http%3A%2F%2Fu%3Apw%40g"`: `"http://h/?next=http%3A%2F%2Fu%3Axxxxx%40g"`,
 		`unclosed "http://u:pw@h/ here`:            `unclosed "http://u:xxxxx@h/ here`,
-		"user@host:1 and http://u@h/":              "user@host:1 and http://u@h/",
+		"user@host:1 and http://u@h/":              "user@host:1 and http://xxxxx@h/", // a user alone in a URL: a token
 	} {
 		require.Equal(t, want, hideErrorPasswords(msg), msg)
 	}

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fleetgate/fleetgate/internal/fakesite"
+	"github.com/fleetgate/fleetgate/internal/secret"
 )
 
 // result is one line of the crawler's output. The field order is the
@@ -158,11 +159,13 @@ func writeTable(w io.Writer, reports []siteReport) error {
 }
 
 // hidePassword returns raw with the password of its user, if any, shown as
-// "xxxxx", as url.URL.Redacted does, and so are the passwords of URLs
+// "xxxxx", as url.URL.Redacted does, or its user when it has no password
+// (most often a token: "https://TOKEN@host/"), and so are those of URLs
 // inside it (a redirect target in its query, say; see hideNestedPasswords).
 // A line that does not parse as a URL (a bad escape, a space in the host, a
 // '#' or '/' in the password) can still carry one: everything between the
-// first ':' after "://" and the last '@' is taken for a password, which may
+// first ':' after "://" and the last '@' is taken for a password (without
+// a ':', everything between "://" and the last '@' for a token), which may
 // hide more than one, never less.
 func hidePassword(raw string) string {
 	return hideEncodedPasswords(hideNestedPasswords(hideUserPassword(raw)))
@@ -219,7 +222,8 @@ func hasURL(s string) bool {
 // hideEncodedPasswords shows as "xxxxx" the password of every URL inside s
 // written percent-encoded, as a query value carries one:
 // "%3A%2F%2Fuser%3Apassword%40", the password between the first "%3A" and
-// the last "%40" before the next '/', '?', '#', '&', "%2F", "%3F" or "%23".
+// the last "%40" before the next '/', '?', '#', '&', "%2F", "%3F" or "%23";
+// without a "%3A" before that "%40", the user, a token.
 func hideEncodedPasswords(s string) string {
 	const sep = "%3a%2f%2f" // "://"
 	lower := asciiLower(s)  // the same length as s: its indexes cut s
@@ -248,6 +252,9 @@ func hideEncodedPasswords(s string) string {
 			b.WriteString(s[start : start+colon+3])
 			b.WriteString("xxxxx")
 			b.WriteString(s[start+atSign : end])
+		} else if atSign >= 0 { // a user alone
+			b.WriteString("xxxxx")
+			b.WriteString(s[start+atSign : end])
 		} else {
 			b.WriteString(s[start:end])
 		}
@@ -257,7 +264,7 @@ func hideEncodedPasswords(s string) string {
 
 // hideNestedPasswords shows as "xxxxx" the password of every URL after the
 // first in s: each "://" followed by "user:password@" before the next '/',
-// '?', '#' or '&'.
+// '?', '#' or '&'; the user of one followed by "user@" (a token).
 func hideNestedPasswords(s string) string {
 	first := strings.Index(s, "://")
 	if first < 0 || !strings.Contains(s[first+3:], "://") {
@@ -282,6 +289,8 @@ func hideNestedPasswords(s string) string {
 		at, colon := strings.LastIndexByte(auth, '@'), strings.IndexByte(auth, ':')
 		if colon >= 0 && colon < at {
 			auth = auth[:colon+1] + "xxxxx" + auth[at:]
+		} else if at >= 0 { // a user alone
+			auth = "xxxxx" + auth[at:]
 		}
 		b.WriteString(auth)
 		rest = rest[end:]
@@ -326,9 +335,7 @@ func escapeInvalid(s string) string {
 func hideUserPassword(raw string) string {
 	if u, err := url.Parse(raw); err == nil && u.Opaque == "" { // "u:pw@host" parses as scheme u, opaque "pw@host"
 		if u.User != nil {
-			if _, ok := u.User.Password(); ok {
-				return u.Redacted()
-			}
+			return secret.Redacted(u)
 		}
 		return raw
 	}
@@ -342,8 +349,8 @@ func hideUserPassword(raw string) string {
 		return raw
 	}
 	colon := strings.IndexByte(auth[:at], ':')
-	if colon < 0 {
-		return raw
+	if colon < 0 { // a user alone: a token, most often
+		return raw[:start] + "xxxxx" + raw[start+at:]
 	}
 	return raw[:start+colon+1] + "xxxxx" + raw[start+at:]
 }

@@ -199,10 +199,11 @@ func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.
 
 // checkAPI returns an error unless raw, the -api flag, is an http:// or
 // https:// URL with a host. The error quotes raw with its password, if
-// any, shown as "xxxxx", as url.URL.Redacted does; raw that does not parse
-// is not quoted at all (url.Parse's error quotes the part that failed,
-// which may be the password), nor is what follows the scheme of a URL
-// with no "//" ("user:password@host" parses as the scheme "user").
+// any, shown as "xxxxx" as secret.Redacted does (a user without a
+// password too: a token); raw that does not parse is not quoted at all
+// (url.Parse's error quotes the part that failed, which may be the
+// password), nor is what follows the scheme of a URL with no "//"
+// ("user:password@host" parses as the scheme "user").
 func checkAPI(raw string) error {
 	u, err := url.Parse(raw)
 	switch {
@@ -211,7 +212,7 @@ func checkAPI(raw string) error {
 	case u.Opaque != "":
 		return fmt.Errorf("-api %q: want an http:// or https:// URL", u.Scheme+":…")
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-		return fmt.Errorf("-api %q: want an http:// or https:// URL", u.Redacted())
+		return fmt.Errorf("-api %q: want an http:// or https:// URL", secret.Redacted(u))
 	}
 	return nil
 }

@@ -19,16 +19,21 @@ import (
 const apiPassword = "APISECRET"
 
 // withPassword returns base, an http://HOST:PORT URL, with the user
-// apiuser and apiPassword in it, and the same URL as messages show it.
-func withPassword(base string) (api, shown string) {
+// apiuser and apiPassword in it, or with apiPassword alone as the user (a
+// token) when token is set, and the same URL as messages show it.
+func withPassword(base string, token bool) (api, shown string) {
 	host := strings.TrimPrefix(base, "http://")
+	if token {
+		return "http://" + apiPassword + "@" + host, "http://xxxxx@" + host
+	}
 	return "http://apiuser:" + apiPassword + "@" + host, "http://apiuser:xxxxx@" + host
 }
 
-// A password in -api shows in no reject, neither on stderr nor in the
-// -rejects file, whatever failed: an answer other than 200, an answer that
-// is not JSON, an API that cannot be reached. The reasons still name the
-// user, the host and the request, the password shown as "xxxxx".
+// A password in -api, or a token as its user, shows in no reject, neither
+// on stderr nor in the -rejects file, whatever failed: an answer other
+// than 200, an answer that is not JSON, an API that cannot be reached. The
+// reasons still name the user (not a token), the host and the request,
+// the password or token shown as "xxxxx".
 func TestTheAPIPasswordIsNeverShown(t *testing.T) {
 	t.Parallel()
 	mux := http.NewServeMux()
@@ -66,34 +71,40 @@ func TestTheAPIPasswordIsNeverShown(t *testing.T) {
 		}, 3},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			api, shown := withPassword(tc.base)
-			dir := t.TempDir()
-			out, rej := filepath.Join(dir, "out.csv"), filepath.Join(dir, "rejects.csv")
-			var stderr lockedBuffer
-			code := cli(t.Context(), []string{"-api", api, "-rule", "100/1s", "-in", in, "-out", out, "-rejects", rej}, "", io.Discard, &stderr)
-			require.Equal(t, 1, code, stderr.String())
-
-			for name, text := range map[string]string{"stderr": stderr.String(), "-rejects": readFile(t, rej), "-out": readFile(t, out)} {
-				require.NotContains(t, text, apiPassword, "%s shows the password", name)
+		for _, token := range []bool{false, true} {
+			name := tc.name
+			if token {
+				name += "/token"
 			}
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				api, shown := withPassword(tc.base, token)
+				dir := t.TempDir()
+				out, rej := filepath.Join(dir, "out.csv"), filepath.Join(dir, "rejects.csv")
+				var stderr lockedBuffer
+				code := cli(t.Context(), []string{"-api", api, "-rule", "100/1s", "-in", in, "-out", out, "-rejects", rej}, "", io.Discard, &stderr)
+				require.Equal(t, 1, code, stderr.String())
 
-			rows := readCSV(t, rej)
-			require.Len(t, rows, tc.rejects+1, "the header and the rejects")
-			var reasons []string
-			for _, row := range rows[1:] {
-				reasons = append(reasons, row[3])
-			}
-			for i, want := range tc.want {
-				if want == "" {
-					continue
+				for name, text := range map[string]string{"stderr": stderr.String(), "-rejects": readFile(t, rej), "-out": readFile(t, out)} {
+					require.NotContains(t, text, apiPassword, "%s shows the password", name)
 				}
-				want = strings.ReplaceAll(want, "%s", shown)
-				require.Contains(t, stderr.String(), "pipeline: line "+strconv.Itoa(i+2)+" rejected: "+want)
-				require.True(t, hasPrefix(reasons, want), "a reason in -rejects starts with %q: %q", want, reasons)
-			}
-		})
+
+				rows := readCSV(t, rej)
+				require.Len(t, rows, tc.rejects+1, "the header and the rejects")
+				var reasons []string
+				for _, row := range rows[1:] {
+					reasons = append(reasons, row[3])
+				}
+				for i, want := range tc.want {
+					if want == "" {
+						continue
+					}
+					want = strings.ReplaceAll(want, "%s", shown)
+					require.Contains(t, stderr.String(), "pipeline: line "+strconv.Itoa(i+2)+" rejected: "+want)
+					require.True(t, hasPrefix(reasons, want), "a reason in -rejects starts with %q: %q", want, reasons)
+				}
+			})
+		}
 	}
 }
 

@@ -218,14 +218,14 @@ type enricher struct {
 // body of at most maxBody bytes) is an error naming the request, "GET URL:
 // " and the cause, wrapped; an attempt that ran out of time (e.timeout,
 // after the transport's retries) also names -api-timeout. No error shows
-// the password of e.api: the URL is shown as url.URL.Redacted does, the
-// password as "xxxxx".
+// the password of e.api: the URL is shown as secret.Redacted does, the
+// password as "xxxxx", and a user without one (a token) too.
 func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.api+"/v1/countries/"+url.PathEscape(code), nil)
 	if err != nil { // url.Parse's error quotes the URL, password and all
 		return country{}, fmt.Errorf("GET -api/v1/countries/%s: not a URL: %s", url.PathEscape(code), secret.URLError(err, "http:// or https://"))
 	}
-	u := req.URL.Redacted() // the URL in every error below
+	u := secret.Redacted(req.URL) // the URL in every error below
 	req.Header.Set("Accept", "application/json")
 	resp, err := e.client.Do(req)
 	if err != nil {

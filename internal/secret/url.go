@@ -33,3 +33,19 @@ func URLError(err error, schemes string) string {
 	}
 	return "it does not parse"
 }
+
+// Redacted returns u as url.URL.Redacted does, its password shown as
+// "xxxxx", and its user too when it has no password: a user alone is
+// most often a token ("https://TOKEN@api.example.com/", sent as Basic
+// auth), which Redacted would show.
+func Redacted(u *url.URL) string {
+	if u == nil || u.User == nil {
+		return u.Redacted()
+	}
+	if _, ok := u.User.Password(); ok {
+		return u.Redacted()
+	}
+	c := *u
+	c.User = url.User("xxxxx")
+	return c.String()
+}

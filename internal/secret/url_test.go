@@ -24,3 +24,17 @@ func TestURLError(t *testing.T) {
 		require.NotContains(t, got, "s3cr", raw)
 	}
 }
+
+func TestRedacted(t *testing.T) {
+	for raw, want := range map[string]string{
+		"https://alice:s3cret@example.com/x": "https://alice:xxxxx@example.com/x",
+		"https://S3CRETTOKEN@example.com/x":  "https://xxxxx@example.com/x",
+		"https://:s3cret@example.com/x":      "https://:xxxxx@example.com/x",
+		"https://example.com/x?q=1":          "https://example.com/x?q=1",
+	} {
+		u, err := url.Parse(raw)
+		require.NoError(t, err, raw)
+		require.Equal(t, want, Redacted(u), raw)
+	}
+	require.Empty(t, Redacted(nil))
+}

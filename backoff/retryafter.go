@@ -35,8 +35,9 @@ var httpDates = [...]string{
 // The value is delta-seconds (1*DIGIT) or an HTTP-date in one of the three
 // forms [http.ParseTime] accepts, written exactly as RFC 9110 §5.6.7 has
 // it: GMT (in the RFC 850 form too), the right weekday, two-digit fields
-// and no fractional seconds. Surrounding spaces and tabs are ignored. A date in the past means 0. The
-// result is capped at maxWait; maxWait <= 0 means [DefaultMaxRetryAfter].
+// and no fractional seconds. Surrounding spaces and tabs are ignored. A
+// date in the past means 0. The result is capped at maxWait; maxWait <= 0
+// means [DefaultMaxRetryAfter].
 //
 // Delta-seconds has no upper bound (RFC 9111 §1.2.2 reads a larger value
 // as the largest it can hold): a number of seconds too large for a

@@ -204,10 +204,11 @@ func BenchmarkLogSize(b *testing.B) {
 }
 
 // BenchmarkTargets measures Allow round-robin over T pre-populated targets,
-// 1 goroutine, Redis and memory store. refused: every target holds one entry
-// of a 1/1h limit, so the state never changes. allowed: the same keys under a
-// 100000/10ms limit (the most a rule allows), so each call adds an entry to its target's log. The memory
-// store also runs 200,000 targets, past the Throttler's 100,000-host cache.
+// 1 goroutine, Redis and memory store. refused: every target holds one
+// entry of a 1/1h limit, so the state never changes. allowed: the same keys
+// under a 100000/10ms limit (the most a rule allows), so each call adds an
+// entry to its target's log. The memory store also runs 200,000 targets,
+// past the Throttler's 100,000-host cache.
 func BenchmarkTargets(b *testing.B) {
 	srv := startRedis(b)
 	stats := &serverStats{c: srv.client(b)}

@@ -190,7 +190,12 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	now := t.cfg.now()
 	mid := start.Add(now.Sub(start) / 2)
 	if st.Paused > 0 { // keep the fleet's pause locally too, for a fallback and a lost store
-		tg.pauseUntil(mid.Add(st.Paused))
+		end := mid.Add(st.Paused)
+		if !st.Young && !st.Lost && t.pauseIsNews(tg, now, end) {
+			t.cfg.logger.Info("fleetgate: the target is paused for the whole fleet (a process heard a Retry-After, or Redis lost data): "+
+				"requests to it wait until the pause ends", "target", tg.name, "held", st.Paused.Round(time.Millisecond))
+		}
+		tg.pauseUntil(end)
 		_, _ = t.local.Pause(ctx, tg.name, st.Paused)
 	}
 	if st.Young {
@@ -222,6 +227,16 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 		tg.tail = end
 	}
 	return st, mid, nil
+}
+
+// pauseIsNews reports whether a fleet-wide pause of tg until end, which a
+// store's reply tells of at now, is news to this process: none it knew of
+// lasts, or this one ends more than a second after it. Pauses this process
+// set itself (Pause) are known already; so a process held by a pause that
+// another one set logs it once, and a waiter held by it does not seem hung.
+func (t *Throttler) pauseIsNews(tg *target, now, end time.Time) bool {
+	known := tg.pauseEnd.Load()
+	return known <= now.UnixNano() || end.UnixNano() > known+int64(time.Second)
 }
 
 // logYoung logs that the store holds tg for d because its data is young:

@@ -139,6 +139,50 @@ func TestPauseHoldsEveryWaiter(t *testing.T) {
 	})
 }
 
+// TestAPauseSetElsewhereIsLoggedOnce: a process held by a pause that
+// another process set says so, once per pause and again when the pause is
+// extended, so that its waits do not look like a hang; the process that set
+// the pause (and logged why, in its transport) says nothing more.
+func TestAPauseSetElsewhereIsLoggedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore()} // a Store shared as Redis is, not the one-process fast path
+		defer store.Close()
+		const msg = "paused for the whole fleet"
+		setterLogs, heldLogs := &logRecorder{}, &logRecorder{}
+		setter := newTestThrottler(t, WithStore(store), WithLogger(slog.New(setterLogs)))
+		held := newTestThrottler(t, WithStore(store), WithLogger(slog.New(heldLogs)))
+		ctx := context.Background()
+
+		_, err := setter.Pause(ctx, "example.com", 2*time.Second)
+		require.NoError(t, err)
+		for range 3 {
+			d, err := held.Allow(ctx, "example.com")
+			require.NoError(t, err)
+			require.False(t, d.Allowed)
+		}
+		require.NoError(t, held.Wait(ctx, "example.com"))
+		require.Equal(t, 1, heldLogs.count(msg), "once for the pause: %q", heldLogs.msgs)
+
+		_, err = setter.Pause(ctx, "example.com", time.Minute) // extended
+		require.NoError(t, err)
+		_, err = held.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.Equal(t, 2, heldLogs.count(msg), "again once extended: %q", heldLogs.msgs)
+
+		d, err := setter.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Zero(t, setterLogs.count(msg), "the setter knew of its pause: %q", setterLogs.msgs)
+
+		time.Sleep(2 * time.Minute)
+		_, err = setter.Pause(ctx, "example.com", time.Second) // a new pause
+		require.NoError(t, err)
+		_, err = held.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.Equal(t, 3, heldLogs.count(msg), "a new pause: %q", heldLogs.msgs)
+	})
+}
+
 func TestPauseIsCapped(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := newTestThrottler(t, WithMaxPause(time.Minute))

@@ -29,8 +29,8 @@ type signals struct {
 // observe reads resp's signals, pauses the fleet when the target asks for
 // it, and keeps the run of 429s up to date. sent is when the attempt was
 // sent. It never fails: unusable fields are logged at Debug and ignored; a
-// Retry-After cut to the cap, and a pause the store could not take, are
-// logged at Warn.
+// pause of the fleet at Info; a Retry-After cut to the cap, and a pause the
+// store could not take, at Warn.
 func (tr *Transport) observe(ctx context.Context, host string, resp *http.Response, sent time.Time) signals {
 	var sg signals
 	now := tr.cfg.now()
@@ -90,6 +90,10 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 		// the Throttler bounds the store call by its own timeout.
 		if _, err := tr.t.Pause(context.WithoutCancel(ctx), host, sg.pause); err != nil {
 			tr.log(ctx, slog.LevelWarn, "fleetgate: pause kept locally only", host, "pause", sg.pause, "error", err)
+		} else {
+			// Every worker of every process holds back for it: worth a
+			// line, or a long pause looks like a hang.
+			tr.log(ctx, slog.LevelInfo, "fleetgate: the target paused the fleet", host, "status", status, "pause", sg.pause)
 		}
 	}
 	return sg

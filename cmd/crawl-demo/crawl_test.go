@@ -849,9 +849,7 @@ func TestCrawlSaysWhenTheTargetPausesTheFleet(t *testing.T) {
 	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, srv.URL+"/a"), "-rule", "127.0.0.1=100/1s")
 	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
 	require.Equal(t, []result{{URL: srv.URL + "/a", Status: 200, Attempts: 2}}, decodeLines(t, got.stdout))
-	require.Contains(t, got.stderr, `level=INFO msg="the target pauses the fleet"`)
-	require.Contains(t, got.stderr, "status=429 ")
-	require.Contains(t, got.stderr, "pause=1s")
+	require.Contains(t, got.stderr, `level=INFO msg="fleetgate: the target paused the fleet" target=127.0.0.1 host=`+strings.TrimPrefix(srv.URL, "http://")+" status=429 pause=1s")
 	require.NotContains(t, got.stderr, "level=DEBUG", "-v is off")
 }
 

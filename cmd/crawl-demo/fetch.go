@@ -102,17 +102,14 @@ func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obs 
 			if a.Err == nil && a.Status < 400 && a.Pause == 0 {
 				return
 			}
-			// A pause holds every worker on the target: say so without -v,
-			// or a long one looks like a hang.
-			level, msg := slog.LevelDebug, "attempt"
-			if a.Pause > 0 {
-				level, msg = slog.LevelInfo, "the target pauses the fleet"
-			}
-			if !log.Enabled(a.Request.Context(), level) {
+			// A pause the target asks for is logged by the transport, at
+			// Info; this line, with -v, names the attempt's URL.
+			ctx := a.Request.Context()
+			if !log.Enabled(ctx, slog.LevelDebug) {
 				return
 			}
 			var attrs []any
-			if name, ok := targetOf(a.Request.Context(), thr, a.Request.URL.Host); ok {
+			if name, ok := targetOf(ctx, thr, a.Request.URL.Host); ok {
 				attrs = append(attrs, "target", name)
 			}
 			attrs = append(attrs, "url", secret.Redacted(a.Request.URL), "attempt", a.Attempt, "status", a.Status,
@@ -120,7 +117,7 @@ func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obs 
 			if a.Err != nil {
 				attrs = append(attrs, "error", a.Err)
 			}
-			log.Log(a.Request.Context(), level, msg, attrs...)
+			log.DebugContext(ctx, "attempt", attrs...)
 		}))
 	return &fleetClient{Client: &http.Client{Transport: rt}, base: base, timeout: cfg.timeout}
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -86,4 +88,39 @@ func TestTheQuotaWaitIsNotPartOfTheTimeout(t *testing.T) {
 	require.NoError(t, err, stderr.String())
 	require.Greater(t, time.Since(start), 800*time.Millisecond, "the quota's waits")
 	requireEnriched(t, records, readCSV(t, out))
+}
+
+// An API that drops a kept-alive connection without answering makes
+// net/http send the request again on a fresh connection, by itself: the
+// summary's API calls count every request the API received, those too.
+func TestAPICallsCountNetHTTPsOwnResends(t *testing.T) {
+	t.Parallel()
+	var received atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/countries/{code}", func(w http.ResponseWriter, r *http.Request) {
+		if received.Add(1)%3 == 0 { // every third request: no answer, the connection closed
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		serveCountry(w, r)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	var b strings.Builder
+	b.WriteString("id,country_code\n")
+	for i := range 30 {
+		fmt.Fprintf(&b, "R%d,DE\n", i)
+	}
+	require.NoError(t, os.WriteFile(in, []byte(b.String()), 0o600))
+	var stderr lockedBuffer
+	err := run(t.Context(), config{in: in, out: filepath.Join(dir, "out.csv"), api: srv.URL, rule: "1000/1s", margin: throttle.DefaultMargin, timeout: 5 * time.Second, workers: 2}, io.Discard, &stderr)
+	require.NoError(t, err, stderr.String())
+	require.Greater(t, received.Load(), int64(30), "some requests were sent again")
+	require.Contains(t, stderr.String(), fmt.Sprintf("pipeline: 30 records: 30 enriched, 0 rejected; %d API calls, ", received.Load()))
 }

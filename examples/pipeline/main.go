@@ -64,8 +64,10 @@
 // columns are then dropped, and a record whose rejected_text is still not
 // empty is rejected again with that text, so nothing is lost.
 //
-// It prints a summary on stderr: records, enriched, rejected, API calls,
-// 429s, elapsed time.
+// It prints a summary on stderr: records, enriched, rejected, API calls
+// (requests written to the API, as it counts them: net/http's own resends
+// on a fresh connection included, a dial that failed is none), 429s,
+// elapsed time.
 package main
 
 import (
@@ -319,11 +321,10 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	// count, a second wait the transport makes when the connection came
 	// too late for the attempt's slot does. An attempt that runs out is
 	// retried like any other timeout.
-	client := &http.Client{Transport: transport.New(base, q.Throttler,
+	client := &http.Client{Transport: transport.New(&countingTransport{base: base, wrote: &calls}, q.Throttler,
 		transport.WithAttemptTimeout(cfg.timeout),
 		transport.WithLogger(log),
 		transport.OnAttempt(func(a transport.AttemptInfo) {
-			calls.Add(1)
 			if a.Status == http.StatusTooManyRequests {
 				tooMany.Add(1)
 			}

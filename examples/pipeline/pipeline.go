@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"os"
 	"slices"
@@ -356,4 +357,24 @@ func writeRecords(w io.Writer, header []string, records [][]string) error {
 		return err
 	}
 	return cw.WriteAll(records) // flushes, and reports any write error
+}
+
+// countingTransport counts in wrote the requests written to the API:
+// net/http sends a request again, on a fresh connection, when a reused one
+// was closed before any answer, and each such write reaches the API (and
+// pays the quota: the transport above books it again). A dial that failed
+// writes nothing.
+type countingTransport struct {
+	base  http.RoundTripper
+	wrote *atomic.Int64
+}
+
+// RoundTrip sends req through the base transport, counting its writes.
+func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	trace := &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
+		if w.Err == nil {
+			t.wrote.Add(1)
+		}
+	}}
+	return t.base.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
 }

@@ -190,12 +190,11 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	now := t.cfg.now()
 	mid := start.Add(now.Sub(start) / 2)
 	if st.Paused > 0 { // keep the fleet's pause locally too, for a fallback and a lost store
-		end := mid.Add(st.Paused)
-		if !st.Young && !st.Lost && t.pauseIsNews(tg, now, end) {
-			t.cfg.logger.Info("fleetgate: the target is paused for the whole fleet (a process heard a Retry-After, or Redis lost data): "+
-				"requests to it wait until the pause ends", "target", tg.name, "held", st.Paused.Round(time.Millisecond))
+		if st.Young || st.Lost { // logged below
+			tg.pauseUntil(mid.Add(st.Paused))
+		} else {
+			t.heardPause(tg, now, mid.Add(st.Paused), false)
 		}
-		tg.pauseUntil(end)
 		_, _ = t.local.Pause(ctx, tg.name, st.Paused)
 	}
 	if st.Young {
@@ -229,14 +228,24 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	return st, mid, nil
 }
 
-// pauseIsNews reports whether a fleet-wide pause of tg until end, which a
-// store's reply tells of at now, is news to this process: none it knew of
-// lasts, or this one ends more than a second after it. Pauses this process
-// set itself (Pause) are known already; so a process held by a pause that
-// another one set logs it once, and a waiter held by it does not seem hung.
-func (t *Throttler) pauseIsNews(tg *target, now, end time.Time) bool {
+// heardPause records that the fleet's pause of tg lasts until end, as this
+// process learned at now: from its own Pause (here), or from the store. It
+// logs the pause at Info when it is news, so that no process held by it
+// seems hung: none this process knew of lasts, or this one ends more than
+// a second after it. A process logs each pause once however many of its
+// requests meet it (a burst of 429s, every waiter), and again when it is
+// extended by more than a second.
+func (t *Throttler) heardPause(tg *target, now, end time.Time, here bool) {
 	known := tg.pauseEnd.Load()
-	return known <= now.UnixNano() || end.UnixNano() > known+int64(time.Second)
+	if end.After(now) && (known <= now.UnixNano() || end.UnixNano() > known+int64(time.Second)) {
+		by := "another process"
+		if here {
+			by = "this process"
+		}
+		t.cfg.logger.Info("fleetgate: the target is paused for the whole fleet: requests to it wait until the pause ends",
+			"target", tg.name, "held", end.Sub(now).Round(time.Millisecond), "set_by", by)
+	}
+	tg.pauseUntil(end)
 }
 
 // logYoung logs that the store holds tg for d because its data is young:

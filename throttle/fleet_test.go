@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -167,10 +168,12 @@ func peak(times []time.Time, window time.Duration) int {
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// logRecorder is a slog.Handler that keeps every message.
+// logRecorder is a slog.Handler that keeps every message, and the lines
+// about a fleet-wide pause with their attributes.
 type logRecorder struct {
-	mu   sync.Mutex
-	msgs []string
+	mu     sync.Mutex
+	msgs   []string
+	paused []string
 }
 
 func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
@@ -178,7 +181,23 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.msgs = append(r.msgs, rec.Message)
+	if strings.Contains(rec.Message, "paused for the whole fleet") {
+		line := "paused for the whole fleet"
+		rec.Attrs(func(a slog.Attr) bool {
+			line += " " + a.Value.String()
+			return true
+		})
+		r.paused = append(r.paused, line)
+	}
 	return nil
+}
+
+// pauses returns the lines about a fleet-wide pause: "paused for the whole
+// fleet", then the values of their attributes, in order.
+func (r *logRecorder) pauses() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.paused)
 }
 func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *logRecorder) WithGroup(string) slog.Handler      { return r }

@@ -179,8 +179,12 @@ func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 // MaxWindow is an error.
 func WithMaxAhead(d time.Duration) Option { return func(c *config) { c.maxAhead = d } }
 
-// WithLogger sets where transitions between the store and the fallback are
-// logged (default slog.Default()).
+// WithLogger sets where the Throttler logs (default slog.Default()):
+// transitions between the store and the fallback (at Warn and Info), the
+// holds a RedisStore puts on targets after Redis lost data (Info, Warn),
+// slots that went stale (Warn), and each fleet-wide pause, once per pause
+// and process, whether this process set it or learned of it from the store
+// (Info, "fleetgate: the target is paused for the whole fleet").
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithResolver sets the resolver used by ByIP (default net.DefaultResolver).

@@ -555,7 +555,11 @@ func (t *Throttler) pauseOn(ctx context.Context, tg *target, d time.Duration, ch
 	now := t.cfg.now()
 	left, _ := t.local.Pause(ctx, tg.name, d)
 	left = min(left, t.cfg.maxPause) // kept on the wall clock, which may have been set back
-	tg.pauseUntil(now.Add(left))
+	if d > 0 {
+		t.heardPause(tg, now, now.Add(left), true)
+	} else {
+		tg.pauseUntil(now.Add(left))
+	}
 	sctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
 	defer cancel()
 	var fleet time.Duration
@@ -586,7 +590,11 @@ func (t *Throttler) pauseOn(ctx context.Context, tg *target, d time.Duration, ch
 			fleet = again
 		}
 	}
-	tg.pauseUntil(now.Add(fleet))
+	if young || lost { // logged above
+		tg.pauseUntil(now.Add(fleet))
+	} else {
+		t.heardPause(tg, now, now.Add(fleet), false) // one another process set, longer than this one's
+	}
 	return max(left, fleet), nil
 }
 

@@ -139,47 +139,61 @@ func TestPauseHoldsEveryWaiter(t *testing.T) {
 	})
 }
 
-// TestAPauseSetElsewhereIsLoggedOnce: a process held by a pause that
-// another process set says so, once per pause and again when the pause is
-// extended, so that its waits do not look like a hang; the process that set
-// the pause (and logged why, in its transport) says nothing more.
-func TestAPauseSetElsewhereIsLoggedOnce(t *testing.T) {
+// TestEachProcessLogsAPauseOnce: a fleet-wide pause is logged once by the
+// process that set it, however many times it is set (a burst of 429s), and
+// once by each process it holds, however it learns of it (a decision, or a
+// check of the pause before a booked slot), and again when it is extended,
+// so that no process of the fleet seems to hang.
+func TestEachProcessLogsAPauseOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &flakyStore{MemoryStore: NewMemoryStore()} // a Store shared as Redis is, not the one-process fast path
 		defer store.Close()
 		const msg = "paused for the whole fleet"
-		setterLogs, heldLogs := &logRecorder{}, &logRecorder{}
+		setterLogs, heldLogs, checkerLogs := &logRecorder{}, &logRecorder{}, &logRecorder{}
 		setter := newTestThrottler(t, WithStore(store), WithLogger(slog.New(setterLogs)))
 		held := newTestThrottler(t, WithStore(store), WithLogger(slog.New(heldLogs)))
+		checker := newTestThrottler(t, WithStore(store), WithLogger(slog.New(checkerLogs)))
 		ctx := context.Background()
 
-		_, err := setter.Pause(ctx, "example.com", 2*time.Second)
+		for range 5 { // a burst of 429s, each asking for the pause
+			_, err := setter.Pause(ctx, "example.com", 2*time.Second)
+			require.NoError(t, err)
+			time.Sleep(time.Millisecond)
+		}
+		d, err := setter.Allow(ctx, "example.com")
 		require.NoError(t, err)
+		require.False(t, d.Allowed)
+		require.Equal(t, []string{msg + " example.com 2s this process"}, setterLogs.pauses(), "once, by the setter")
+
 		for range 3 {
 			d, err := held.Allow(ctx, "example.com")
 			require.NoError(t, err)
 			require.False(t, d.Allowed)
 		}
 		require.NoError(t, held.Wait(ctx, "example.com"))
-		require.Equal(t, 1, heldLogs.count(msg), "once for the pause: %q", heldLogs.msgs)
+		require.Len(t, heldLogs.pauses(), 1, "once for the pause: %q", heldLogs.msgs)
+		require.Contains(t, heldLogs.pauses()[0], " another process")
 
-		_, err = setter.Pause(ctx, "example.com", time.Minute) // extended
+		_, err = setter.Pause(ctx, "example.com", time.Minute)
 		require.NoError(t, err)
+		left, err := checker.Paused(ctx, "example.com") // as the transport checks before a booked slot
+		require.NoError(t, err)
+		require.Equal(t, time.Minute, left)
+		_, err = checker.Allow(ctx, "example.com")
+		require.NoError(t, err)
+		require.Equal(t, []string{msg + " example.com 1m0s another process"}, checkerLogs.pauses(), "learned from a check of the pause")
 		_, err = held.Allow(ctx, "example.com")
 		require.NoError(t, err)
-		require.Equal(t, 2, heldLogs.count(msg), "again once extended: %q", heldLogs.msgs)
-
-		d, err := setter.Allow(ctx, "example.com")
-		require.NoError(t, err)
-		require.False(t, d.Allowed)
-		require.Zero(t, setterLogs.count(msg), "the setter knew of its pause: %q", setterLogs.msgs)
+		require.Len(t, heldLogs.pauses(), 2, "again once extended: %q", heldLogs.msgs)
+		require.Len(t, setterLogs.pauses(), 2, "the setter's extension: %q", setterLogs.msgs)
 
 		time.Sleep(2 * time.Minute)
 		_, err = setter.Pause(ctx, "example.com", time.Second) // a new pause
 		require.NoError(t, err)
 		_, err = held.Allow(ctx, "example.com")
 		require.NoError(t, err)
-		require.Equal(t, 3, heldLogs.count(msg), "a new pause: %q", heldLogs.msgs)
+		require.Len(t, heldLogs.pauses(), 3, "a new pause: %q", heldLogs.msgs)
+		require.Len(t, checkerLogs.pauses(), 1, "a process that met no new pause says nothing: %q", checkerLogs.msgs)
 	})
 }
 

@@ -116,12 +116,11 @@ func OnAttempt(fn func(AttemptInfo)) Option {
 }
 
 // WithLogger sets where the Transport logs ignored headers and each retry,
-// just before its delay, as "fleetgate: retrying" (at Debug), each pause of
-// the fleet a response asked for (at Info: a 429 or 503 with Retry-After,
-// say, as "fleetgate: the target paused the fleet"), and a Retry-After cut
-// to the cap and pauses it could not share with the fleet (at Warn). The
-// Throttler logs, with its own logger, that a pause another process set
-// holds this one. The default is slog.Default().
+// just before its delay, as "fleetgate: retrying" (at Debug), and a
+// Retry-After cut to the cap and pauses it could not share with the fleet
+// (at Warn). A pause of the fleet is logged by the Throttler, with its own
+// logger (throttle.WithLogger), once per pause. The default is
+// slog.Default().
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

@@ -29,8 +29,8 @@ type signals struct {
 // observe reads resp's signals, pauses the fleet when the target asks for
 // it, and keeps the run of 429s up to date. sent is when the attempt was
 // sent. It never fails: unusable fields are logged at Debug and ignored; a
-// pause of the fleet at Info; a Retry-After cut to the cap, and a pause the
-// store could not take, at Warn.
+// Retry-After cut to the cap, and a pause the store could not take, are
+// logged at Warn (the Throttler logs the pause itself).
 func (tr *Transport) observe(ctx context.Context, host string, resp *http.Response, sent time.Time) signals {
 	var sg signals
 	now := tr.cfg.now()
@@ -88,12 +88,10 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 	if sg.pause > 0 {
 		// The signal matters to the fleet even if this caller gives up now;
 		// the Throttler bounds the store call by its own timeout.
+		// The Throttler logs the pause, once however many responses ask
+		// for it.
 		if _, err := tr.t.Pause(context.WithoutCancel(ctx), host, sg.pause); err != nil {
 			tr.log(ctx, slog.LevelWarn, "fleetgate: pause kept locally only", host, "pause", sg.pause, "error", err)
-		} else {
-			// Every worker of every process holds back for it: worth a
-			// line, or a long pause looks like a hang.
-			tr.log(ctx, slog.LevelInfo, "fleetgate: the target paused the fleet", host, "status", status, "pause", sg.pause)
 		}
 	}
 	return sg

@@ -849,7 +849,8 @@ func TestCrawlSaysWhenTheTargetPausesTheFleet(t *testing.T) {
 	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, srv.URL+"/a"), "-rule", "127.0.0.1=100/1s")
 	require.Equal(t, 0, got.code, "stderr: %s", got.stderr)
 	require.Equal(t, []result{{URL: srv.URL + "/a", Status: 200, Attempts: 2}}, decodeLines(t, got.stdout))
-	require.Contains(t, got.stderr, `level=INFO msg="fleetgate: the target paused the fleet" target=127.0.0.1 host=`+strings.TrimPrefix(srv.URL, "http://")+" status=429 pause=1s")
+	require.Contains(t, got.stderr, `level=INFO msg="fleetgate: the target is paused for the whole fleet: requests to it wait until the pause ends" target=127.0.0.1 held=1s set_by="this process"`)
+	require.Equal(t, 1, strings.Count(got.stderr, "paused for the whole fleet"), "once: %s", got.stderr)
 	require.NotContains(t, got.stderr, "level=DEBUG", "-v is off")
 }
 

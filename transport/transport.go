@@ -466,15 +466,23 @@ func (h hiddenPassword) LogValue() slog.Value {
 }
 
 // hidePassword returns msg, an attempt's error, with the password of u's
-// user, if any, shown as "xxxxx", as it is and as a URL escapes it: a base
-// that quotes the request's URL in its errors must not put the password
-// in a log line.
+// user, if any, shown as "xxxxx", as it is and as a URL escapes it, or the
+// user before its '@' when it has no password (a token, most often): a
+// base that quotes the request's URL in its errors must not put either in
+// a log line.
 func hidePassword(msg string, u *url.URL) string {
 	if u == nil || u.User == nil {
 		return msg
 	}
 	pw, ok := u.User.Password()
-	if !ok || pw == "" {
+	if !ok {
+		name := u.User.Username()
+		if name == "" {
+			return msg
+		}
+		return strings.ReplaceAll(strings.ReplaceAll(msg, u.User.String()+"@", "xxxxx@"), name+"@", "xxxxx@")
+	}
+	if pw == "" {
 		return msg
 	}
 	escaped := strings.TrimPrefix(url.UserPassword("", pw).String(), ":")

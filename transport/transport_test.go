@@ -865,3 +865,22 @@ func TestRetryLogsHideTheURLsPassword(t *testing.T) {
 	require.Contains(t, out, "alice:xxxxx@example.test")
 	require.NotContains(t, out, "s3cr")
 }
+
+// TestRetryLogsHideAToken: a user without a password, most often a token,
+// is hidden from the retry's log line as a password is.
+func TestRetryLogsHideAToken(t *testing.T) {
+	base := baseFunc(func(req *http.Request) (*http.Response, error) {
+		return nil, &url.Error{Op: "Get", URL: req.URL.String(), Err: syscall.ECONNRESET}
+	})
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	tr := transport.New(base, newThrottler(t, "100/1s"), fastRetries(), transport.WithRetries(2), transport.WithLogger(log))
+	req, err := http.NewRequest(http.MethodGet, "http://T0ken%2FLeak@example.test/x", nil)
+	require.NoError(t, err)
+	_, err = tr.RoundTrip(req)
+	require.Error(t, err)
+	out := buf.String()
+	require.Contains(t, out, "fleetgate: retrying")
+	require.Contains(t, out, "xxxxx@example.test")
+	require.NotContains(t, out, "Leak")
+}

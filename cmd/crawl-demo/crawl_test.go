@@ -564,17 +564,18 @@ func TestCrawlNeverShowsAURLsPassword(t *testing.T) {
 	token := strings.Replace(srv.URL, "http://", "http://T0kenLeak99@", 1) + "/token" // a user alone: a token
 	down := "http://bob:hunter2@127.0.0.1:1/down"                                     // nothing listens on port 1
 	downToken := "http://T0kenLeak98@127.0.0.1:1/down"
+	downNested := "http://127.0.0.1:1/r?next=http://v:NestedLeak97@g/" // a password in the query
 	// Lines that do not parse as URLs: a space in the host, a bad escape
 	// in the password.
 	spaced, escaped := "http://carol:PwLeak77@a b.com/x", "http://dave:Pw%zzLeak88@example.com/"
-	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, ok, token, down, downToken, spaced, escaped), "-default", "100/1s", "-retries", "1", "-v")
+	got := runCmd(context.Background(), t, "", "-urls", writeFile(t, ok, token, down, downToken, downNested, spaced, escaped), "-default", "100/1s", "-retries", "1", "-v")
 	require.Equal(t, 1, got.code, "stderr: %s", got.stderr)
-	for _, secret := range []string{"s3cret", "T0kenLeak99", "T0kenLeak98", "hunter2", "PwLeak77", "Leak88"} {
+	for _, secret := range []string{"s3cret", "T0kenLeak99", "T0kenLeak98", "NestedLeak97", "hunter2", "PwLeak77", "Leak88"} {
 		require.NotContains(t, got.stdout, secret)
 		require.NotContains(t, got.stderr, secret)
 	}
 	lines := decodeLines(t, got.stdout)
-	require.Len(t, lines, 6)
+	require.Len(t, lines, 7)
 	byURL := map[string]result{}
 	for _, r := range lines {
 		byURL[r.URL] = r
@@ -594,6 +595,10 @@ func TestHidePassword(t *testing.T) {
 		"http://u:pw@example.com/x":                                 "http://u:xxxxx@example.com/x",
 		"http://u@example.com/x":                                    "http://xxxxx@example.com/x",
 		"http://T0KEN@a b.com/x":                                    "http://xxxxx@a b.com/x",
+		"https://T0KEN@example.com:8443/@bob%zz":                    "https://xxxxx@bob%zz",
+		"https://T0KEN@a b.com/x:y@z":                               "https://xxxxx@z",
+		"T0KEN@example.com/x":                                       "xxxxx@example.com/x",
+		"example.com/x":                                             "example.com/x",
 		"http://h/r?to=http://T0KEN@g/x":                            "http://h/r?to=http://xxxxx@g/x",
 		"http://u:p@w@a b.com/x":                                    "http://u:xxxxx@a b.com/x",
 		"u:pw@example.com/x":                                        "u:xxxxx@example.com/x",

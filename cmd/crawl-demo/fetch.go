@@ -112,7 +112,7 @@ func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obs 
 			if name, ok := targetOf(ctx, thr, a.Request.URL.Host); ok {
 				attrs = append(attrs, "target", name)
 			}
-			attrs = append(attrs, "url", secret.Redacted(a.Request.URL), "attempt", a.Attempt, "status", a.Status,
+			attrs = append(attrs, "url", hidePassword(a.Request.URL.String()), "attempt", a.Attempt, "status", a.Status,
 				"waited", a.Waited.Round(time.Millisecond), "pause", a.Pause)
 			if a.Err != nil {
 				attrs = append(attrs, "error", a.Err)

@@ -333,7 +333,9 @@ func escapeInvalid(s string) string {
 
 // hideUserPassword is hidePassword for the URL raw itself.
 func hideUserPassword(raw string) string {
-	if u, err := url.Parse(raw); err == nil && u.Opaque == "" { // "u:pw@host" parses as scheme u, opaque "pw@host"
+	// "u:pw@host" parses as scheme u, opaque "pw@host"; "token@host/x" as a
+	// path: both are taken apart below.
+	if u, err := url.Parse(raw); err == nil && u.Opaque == "" && (u.Scheme != "" || u.Host != "") {
 		if u.User != nil {
 			return secret.Redacted(u)
 		}
@@ -349,7 +351,9 @@ func hideUserPassword(raw string) string {
 		return raw
 	}
 	colon := strings.IndexByte(auth[:at], ':')
-	if colon < 0 { // a user alone: a token, most often
+	if colon < 0 || strings.IndexByte(auth, '@') < colon {
+		// A user alone (a token, most often), whatever ':' a port or a
+		// path puts after its '@'.
 		return raw[:start] + "xxxxx" + raw[start+at:]
 	}
 	return raw[:start+colon+1] + "xxxxx" + raw[start+at:]

@@ -205,7 +205,8 @@ func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.
 // password too: a token); raw that does not parse is not quoted at all
 // (url.Parse's error quotes the part that failed, which may be the
 // password), nor is what follows the scheme of a URL with no "//"
-// ("user:password@host" parses as the scheme "user").
+// ("user:password@host" parses as the scheme "user"), nor a URL with no
+// scheme at all ("token@host/x").
 func checkAPI(raw string) error {
 	u, err := url.Parse(raw)
 	switch {
@@ -213,6 +214,8 @@ func checkAPI(raw string) error {
 		return fmt.Errorf("-api: not a URL: %s", secret.URLError(err, "http:// or https://"))
 	case u.Opaque != "":
 		return fmt.Errorf("-api %q: want an http:// or https:// URL", u.Scheme+":…")
+	case u.Scheme == "": // "token@host/x" parses as a path
+		return errors.New("-api: no scheme: want an http:// or https:// URL")
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
 		return fmt.Errorf("-api %q: want an http:// or https:// URL", secret.Redacted(u))
 	}

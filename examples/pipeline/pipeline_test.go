@@ -126,6 +126,8 @@ func TestRunErrors(t *testing.T) {
 		{"bad API URL with a password", func(c *config) { c.api = "ftp://apiuser:APISECRET@example.com" }, `-api "ftp://apiuser:xxxxx@example.com": want an http:// or https:// URL`},
 		{"API URL without a host, with a password", func(c *config) { c.api = "http://apiuser:APISECRET@" }, `-api "http://apiuser:xxxxx@": want an http:// or https:// URL`},
 		{"API URL without a scheme, with a password", func(c *config) { c.api = "apiuser:APISECRET@example.com" }, `-api "apiuser:…": want an http:// or https:// URL`},
+		{"bad API URL with a token", func(c *config) { c.api = "ftp://APISECRET@example.com" }, `-api "ftp://xxxxx@example.com": want an http:// or https:// URL`},
+		{"API URL without a scheme, with a token", func(c *config) { c.api = "APISECRET@example.com/v1" }, `-api: no scheme: want an http:// or https:// URL`},
 		{"API URL that does not parse, with a password", func(c *config) { c.api = "http://apiuser:APISECRET/1@example.com" }, `-api: not a URL: a port that is not a number`},
 		{"rejects on stdout", func(c *config) { c.rejects = "-" }, "-rejects -: want a file"},
 		{"output over the input", func(c *config) { c.out = good }, "-out is the -in file"},

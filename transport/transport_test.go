@@ -847,40 +847,29 @@ func (f baseFunc) RoundTrip(req *http.Request) (*http.Response, error) { return 
 
 // TestRetryLogsHideTheURLsPassword: a base whose errors quote the
 // request's URL, password and all (a *url.Error of its own), does not put
-// the password in the retry's log line, escaped or not.
+// the password in the retry's log line, escaped or not; nor a user without
+// a password, most often a token.
 func TestRetryLogsHideTheURLsPassword(t *testing.T) {
-	const pw = "s3cr/et"
-	base := baseFunc(func(req *http.Request) (*http.Response, error) {
-		return nil, &url.Error{Op: "Get", URL: req.URL.String(), Err: fmt.Errorf("reset by %s: %w", pw, syscall.ECONNRESET)}
-	})
-	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	tr := transport.New(base, newThrottler(t, "100/1s"), fastRetries(), transport.WithRetries(2), transport.WithLogger(log))
-	req, err := http.NewRequest(http.MethodGet, "http://alice:"+url.PathEscape(pw)+"@example.test/x", nil)
-	require.NoError(t, err)
-	_, err = tr.RoundTrip(req)
-	require.Error(t, err)
-	out := buf.String()
-	require.Contains(t, out, "fleetgate: retrying")
-	require.Contains(t, out, "alice:xxxxx@example.test")
-	require.NotContains(t, out, "s3cr")
-}
-
-// TestRetryLogsHideAToken: a user without a password, most often a token,
-// is hidden from the retry's log line as a password is.
-func TestRetryLogsHideAToken(t *testing.T) {
-	base := baseFunc(func(req *http.Request) (*http.Response, error) {
-		return nil, &url.Error{Op: "Get", URL: req.URL.String(), Err: syscall.ECONNRESET}
-	})
-	var buf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	tr := transport.New(base, newThrottler(t, "100/1s"), fastRetries(), transport.WithRetries(2), transport.WithLogger(log))
-	req, err := http.NewRequest(http.MethodGet, "http://T0ken%2FLeak@example.test/x", nil)
-	require.NoError(t, err)
-	_, err = tr.RoundTrip(req)
-	require.Error(t, err)
-	out := buf.String()
-	require.Contains(t, out, "fleetgate: retrying")
-	require.Contains(t, out, "xxxxx@example.test")
-	require.NotContains(t, out, "Leak")
+	for _, tc := range []struct {
+		url, shown, secret string
+		cause              string // the error's own text after the URL
+	}{
+		{"http://alice:" + url.PathEscape("s3cr/et") + "@example.test/x", "alice:xxxxx@example.test", "s3cr", "reset by s3cr/et"},
+		{"http://T0ken%2FLeak@example.test/x", "//xxxxx@example.test", "Leak", "reset"},
+	} {
+		base := baseFunc(func(req *http.Request) (*http.Response, error) {
+			return nil, &url.Error{Op: "Get", URL: req.URL.String(), Err: fmt.Errorf("%s: %w", tc.cause, syscall.ECONNRESET)}
+		})
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		tr := transport.New(base, newThrottler(t, "100/1s"), fastRetries(), transport.WithRetries(2), transport.WithLogger(log))
+		req, err := http.NewRequest(http.MethodGet, tc.url, nil)
+		require.NoError(t, err)
+		_, err = tr.RoundTrip(req)
+		require.Error(t, err)
+		out := buf.String()
+		require.Contains(t, out, "fleetgate: retrying")
+		require.Contains(t, out, tc.shown)
+		require.NotContains(t, out, tc.secret)
+	}
 }

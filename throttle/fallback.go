@@ -2,6 +2,9 @@ package throttle
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"time"
 )
 
@@ -75,6 +78,12 @@ func (tg *target) turnAfter(first time.Time, share Limit) time.Duration {
 // first.
 func (t *Throttler) storeDown(tg *target, now time.Time, cause error) {
 	if t.down.CompareAndSwap(false, true) {
+		// A killed Redis most often shows as a timeout (go-redis redials
+		// and backs off past the store timeout): say which timeout.
+		var ne net.Error
+		if errors.Is(cause, context.DeadlineExceeded) || errors.As(cause, &ne) && ne.Timeout() {
+			cause = fmt.Errorf("no answer within the store timeout (%v): %w", t.cfg.storeTimeout, cause)
+		}
 		t.fellBack.Store(now.UnixNano())
 		t.cfg.logger.Warn("fleetgate: store failed; deciding by the failure policy",
 			"policy", t.cfg.policy.String(), "first_target", tg.name, "error", cause)

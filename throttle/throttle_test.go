@@ -404,6 +404,36 @@ func TestFallbackIsLoggedOncePerProcess(t *testing.T) {
 	})
 }
 
+// hungStore is a MemoryStore whose Reserve never answers: it returns when
+// its context ends, with the context's error, as go-redis does.
+type hungStore struct{ *MemoryStore }
+
+func (s hungStore) Reserve(ctx context.Context, _ string, _ Limit, _ []Request, _ []Grant) (State, error) {
+	<-ctx.Done()
+	return State{}, ctx.Err()
+}
+
+// TestAStoreTimeoutIsNamed: a store that does not answer (a killed Redis,
+// most often) is logged with the timeout it ran out of, not only
+// "context deadline exceeded".
+func TestAStoreTimeoutIsNamed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := hungStore{NewMemoryStore()}
+		defer store.Close()
+		var logged strings.Builder
+		rules, err := ParseRules("*=100/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen), WithStoreTimeout(30*time.Millisecond),
+			WithLogger(textLogger(&logged)))
+		require.NoError(t, err)
+		defer tr.Close()
+		require.NoError(t, tr.Wait(context.Background(), "a.example"))
+		require.Equal(t,
+			"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=a.example error=\"no answer within the store timeout (30ms): context deadline exceeded\"\n",
+			logged.String())
+	})
+}
+
 // TestAnOutageEndsWithTheFirstTargetBack: a target the store failed for
 // and that is not called again does not keep the Throttler in fallback
 // once the store is back: Mode, and the log, follow the store, and a

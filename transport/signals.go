@@ -87,9 +87,8 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 	}
 	if sg.pause > 0 {
 		// The signal matters to the fleet even if this caller gives up now;
-		// the Throttler bounds the store call by its own timeout.
-		// The Throttler logs the pause, once however many responses ask
-		// for it.
+		// the Throttler bounds the store call by its own timeout, and logs
+		// the pause, once however many responses ask for it.
 		if _, err := tr.t.Pause(context.WithoutCancel(ctx), host, sg.pause); err != nil {
 			tr.log(ctx, slog.LevelWarn, "fleetgate: pause kept locally only", host, "pause", sg.pause, "error", err)
 		}

@@ -102,8 +102,9 @@ func newFleetClient(cfg *config, thr *throttle.Throttler, log *slog.Logger, obs 
 			if a.Err == nil && a.Status < 400 && a.Pause == 0 {
 				return
 			}
-			// A pause the target asks for is logged by the transport, at
-			// Info; this line, with -v, names the attempt's URL.
+			// A pause the target asks for is logged by the Throttler, at
+			// Info, once per pause; this line, with -v, names the
+			// attempt's URL.
 			ctx := a.Request.Context()
 			if !log.Enabled(ctx, slog.LevelDebug) {
 				return

@@ -164,9 +164,9 @@ func writeTable(w io.Writer, reports []siteReport) error {
 // inside it (a redirect target in its query, say; see hideNestedPasswords).
 // A line that does not parse as a URL (a bad escape, a space in the host, a
 // '#' or '/' in the password) can still carry one: everything between the
-// first ':' after "://" and the last '@' is taken for a password (without
-// a ':', everything between "://" and the last '@' for a token), which may
-// hide more than one, never less.
+// first ':' after "://" and the last '@' is taken for a password (with no
+// ':' before the first '@', everything between "://" and the last '@' for
+// a token), which may hide more than one, never less.
 func hidePassword(raw string) string {
 	return hideEncodedPasswords(hideNestedPasswords(hideUserPassword(raw)))
 }

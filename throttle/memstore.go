@@ -297,9 +297,13 @@ func (s *MemoryStore) Restore(ctx context.Context, target string, window time.Du
 			}
 			return 1
 		})
-		for range max(e.N, 1) {
-			t.log = slices.Insert(t.log, t.head+pos, memEntry{at: at, id: e.ID})
+		// All its units in one insert: one at a time, a request of n
+		// units cost n² moves (8 s for 100,000 units).
+		units := make([]memEntry, max(e.N, 1))
+		for i := range units {
+			units[i] = memEntry{at: at, id: e.ID}
 		}
+		t.log = slices.Insert(t.log, t.head+pos, units...)
 	}
 	return nil
 }

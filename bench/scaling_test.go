@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fleetgate/fleetgate/throttle"
 )
@@ -275,5 +276,67 @@ func BenchmarkTargets(b *testing.B) {
 				w.check(b)
 			}
 		}
+	}
+}
+
+// BenchmarkManyUnits measures store calls that carry many units on Redis,
+// through the RedisStore itself: a Reserve of n units (granted at once), the
+// Cancel of such a booking, and a Restore of n one-unit placeholders, as a
+// Throttler replays the other processes' shares when it leaves its
+// fallback. The store writes or removes one log entry per unit, so a call's
+// time grows with n; the Throttler gives such calls more than its store
+// timeout (20 µs a unit past the first). Each op uses a target of its own.
+func BenchmarkManyUnits(b *testing.B) {
+	srv := startRedis(b)
+	client := srv.client(b)
+	prefix := keyPrefix()
+	store, err := throttle.NewRedisStore(client, throttle.WithKeyPrefix(prefix))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer store.Close()
+	ageData(b, client, prefix)
+	ctx := context.Background()
+	lim := throttle.Limit{Limit: 100_000, Window: time.Minute}
+	var targets atomic.Int64
+	reserve := func(b *testing.B, n int) string {
+		target := fmt.Sprintf("units-%d.bench.test", targets.Add(1))
+		grants := make([]throttle.Grant, 1)
+		if _, err := store.Reserve(ctx, target, lim, []throttle.Request{{ID: 1, N: n, MaxWait: -1}}, grants); err != nil {
+			b.Fatal(err)
+		}
+		if !grants[0].OK || grants[0].Delay > time.Second {
+			b.Fatalf("reserve %d units on an empty log: %+v", n, grants[0])
+		}
+		return target
+	}
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("reserve/n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				reserve(b, n)
+			}
+		})
+		b.Run(fmt.Sprintf("cancel/n=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				target := reserve(b, n)
+				b.StartTimer()
+				if err := store.Cancel(ctx, target, 1, n); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("restore/n=%d", n), func(b *testing.B) {
+			entries := make([]throttle.Entry, n)
+			for i := range entries {
+				entries[i] = throttle.Entry{ID: throttle.SharedEntry | uint64(i+1), N: 1, Age: -time.Second}
+			}
+			for b.Loop() {
+				target := fmt.Sprintf("units-%d.bench.test", targets.Add(1))
+				if err := store.Restore(ctx, target, time.Minute, entries); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -177,9 +177,20 @@ func (t *Throttler) decideLocally(tg *target, batch []*waiter) {
 // the round trip, wrong by at most half of it, which the margin absorbs.
 func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, time.Time, error) {
 	start := time.Now() // the deadline's timer runs on the wall clock
-	dl := t.deadlines.get(start, t.cfg.storeTimeout)
-	defer dl.release()
-	ctx := dl.ctx
+	units := 0
+	for _, r := range reqs {
+		units += r.N
+	}
+	var ctx context.Context
+	if timeout := t.storeTimeoutFor(units); timeout-t.cfg.storeTimeout <= shareDeadlines {
+		dl := t.deadlines.get(start, t.cfg.storeTimeout)
+		defer dl.release()
+		ctx = dl.ctx
+	} else { // many units: longer than a shared deadline allows
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(context.Background(), start.Add(timeout))
+		defer cancel()
+	}
 	if t.cfg.testClock {
 		start = t.cfg.now()
 	}

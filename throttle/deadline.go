@@ -68,3 +68,17 @@ func (s *sharedDeadline) release() {
 		s.cancel()
 	}
 }
+
+// perUnitTimeout is how much longer than the store timeout a store call may
+// take for each unit it books, cancels or restores past the first. A Redis
+// script run writes or removes one log entry per unit: 2-5 µs each to book
+// or cancel on an idle local server, 4-8 µs to restore (BENCHMARKS.md, §4,
+// "Requests of many units"), so a request of 20,000 units outlasted the
+// default 30 ms on its own, failed every time on a healthy store, and put
+// its target in the fallback.
+const perUnitTimeout = 20 * time.Microsecond
+
+// storeTimeoutFor is the timeout of a store call that carries units units.
+func (t *Throttler) storeTimeoutFor(units int) time.Duration {
+	return t.cfg.storeTimeout + time.Duration(max(units-1, 0))*perUnitTimeout
+}

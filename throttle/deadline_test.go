@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -68,4 +69,90 @@ func TestDeadlinesUnderConcurrentUse(t *testing.T) {
 	cur := d.cur.Load()
 	require.NotNil(t, cur)
 	assert.EqualValues(t, 1, cur.users.Load(), "every call let go; only the current mark is left")
+}
+
+// timedStore is a flakyStore that records how long each call's context had
+// left when the call came in, by operation.
+type timedStore struct {
+	*flakyStore
+	mu   sync.Mutex
+	left map[string]time.Duration
+}
+
+func (s *timedStore) note(ctx context.Context, op string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	dl, ok := ctx.Deadline()
+	if !ok {
+		s.left[op] = -1
+		return
+	}
+	s.left[op] = time.Until(dl)
+}
+
+func (s *timedStore) leftFor(op string) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.left[op]
+}
+
+func (s *timedStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
+	s.note(ctx, "reserve")
+	return s.flakyStore.Reserve(ctx, target, lim, reqs, grants)
+}
+
+func (s *timedStore) Cancel(ctx context.Context, target string, id uint64, n int) error {
+	s.note(ctx, "cancel")
+	return s.flakyStore.Cancel(ctx, target, id, n)
+}
+
+func (s *timedStore) Restore(ctx context.Context, target string, window time.Duration, entries []Entry) error {
+	s.note(ctx, "restore")
+	return s.flakyStore.Restore(ctx, target, window, entries)
+}
+
+// A store writes one log entry per unit, so a call that carries many units
+// gets perUnitTimeout more for each past the first: with the store timeout
+// alone, a request of 20,000 units timed out on a healthy Redis every time.
+func TestStoreCallsGetMoreTimeForManyUnits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &timedStore{flakyStore: &flakyStore{MemoryStore: NewMemoryStore()}, left: map[string]time.Duration{}}
+		defer store.Close()
+		rules, err := ParseRules("*=100000/1s")
+		require.NoError(t, err)
+		const timeout = 30 * time.Millisecond
+		tr, err := New(rules, WithStore(store), WithStoreTimeout(timeout), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+		const host = "units.example"
+
+		_, err = tr.Allow(ctx, host)
+		require.NoError(t, err)
+		left := store.leftFor("reserve")
+		assert.GreaterOrEqual(t, left, timeout, "one unit: the store timeout")
+		assert.LessOrEqual(t, left, timeout+shareDeadlines, "one unit: the store timeout, or a deadline shared within a millisecond")
+
+		require.NoError(t, tr.WaitN(ctx, host, 10_000))
+		assert.Equal(t, timeout+9_999*perUnitTimeout, store.leftFor("reserve"), "10,000 units")
+
+		r, err := tr.ReserveN(ctx, host, 20_000)
+		require.NoError(t, err)
+		require.NoError(t, r.Cancel(ctx))
+		assert.Equal(t, timeout+19_999*perUnitTimeout, store.leftFor("cancel"), "a cancel of 20,000 units")
+
+		// Back from the fallback, a process replays the other process's
+		// share (the store counts two) as 50,000 one-unit placeholders.
+		store.fail.Store(true)
+		_, err = tr.Allow(ctx, host)
+		require.ErrorIs(t, err, ErrStoreUnavailable, "a process that joined a moment ago has no safe share")
+		require.Equal(t, ModeFallback, tr.Mode())
+		time.Sleep(time.Second)
+		store.fail.Store(false)
+		_, err = tr.Allow(ctx, host)
+		require.NoError(t, err)
+		require.Equal(t, ModeStore, tr.Mode())
+		assert.Equal(t, int64(50_000), store.restored.Load())
+		assert.Equal(t, timeout+49_999*perUnitTimeout, store.leftFor("restore"), "a restore of 50,000 units")
+	})
 }

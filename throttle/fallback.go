@@ -112,8 +112,6 @@ func (tg *target) degradedNow(t *Throttler) error {
 		t.storeDown(tg, now, err) // again, if another target found it back meanwhile
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
-	defer cancel()
 	var entries []Entry
 	if t.cfg.policy == FailLocal {
 		// What this process admitted locally (not the seed: the store kept
@@ -129,6 +127,12 @@ func (tg *target) degradedNow(t *Throttler) error {
 			entries = append(entries, Entry{ID: SharedEntry | uint64(i+1), N: 1, Age: -(t.cfg.probeInterval + t.cfg.grace)})
 		}
 	}
+	units := 0
+	for _, e := range entries {
+		units += e.N
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), t.storeTimeoutFor(units))
+	defer cancel()
 	if err := t.store.Restore(ctx, tg.name, tg.lim.Window, entries); err != nil {
 		t.storeDown(tg, now, err)
 		return err

@@ -2178,3 +2178,28 @@ func TestProcessesLearnTheirPlaces(t *testing.T) {
 		require.Equal(t, slices.Index(byName, s)+1, st.Place, "places follow the processes' names")
 	}
 }
+
+// A request of many units is one long script run, a log entry per unit
+// (some 60 ms for 20,000 on an idle server): with the store timeout alone
+// it failed on a healthy Redis every time and put its target in the
+// fallback. Its calls get more time per unit.
+func TestAManyUnitRequestFitsItsStoreCall(t *testing.T) {
+	s, _ := startStore(t)
+	rules, err := ParseRules("*=100000/1s")
+	require.NoError(t, err)
+	tr, err := New(rules, WithStore(s), WithLogger(quietLogger()))
+	require.NoError(t, err)
+	defer tr.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const host = "many-units.example"
+
+	require.NoError(t, tr.WaitN(ctx, host, 20_000))
+	r, err := tr.ReserveN(ctx, host, 20_000)
+	require.NoError(t, err)
+	require.NoError(t, r.Cancel(ctx))
+	d, err := tr.AllowN(ctx, host, 80_000)
+	require.NoError(t, err)
+	require.True(t, d.Allowed, "the cancelled units are free again")
+	require.Equal(t, ModeStore, tr.Mode(), "the store never counted as failed")
+}

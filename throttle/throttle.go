@@ -320,7 +320,7 @@ func (r *Reservation) release() {
 	if r.done.Swap(true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.t.cfg.storeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), r.t.storeTimeoutFor(r.n))
 	defer cancel()
 	_ = r.t.cancel(ctx, r) // best effort: an orphan entry only makes the log stricter
 }
@@ -328,7 +328,7 @@ func (r *Reservation) release() {
 func (t *Throttler) cancel(ctx context.Context, r *Reservation) error {
 	switch r.via {
 	case viaStore:
-		ctx, cancel := context.WithTimeout(ctx, t.cfg.storeTimeout)
+		ctx, cancel := context.WithTimeout(ctx, t.storeTimeoutFor(r.n))
 		defer cancel()
 		if err := t.store.Cancel(ctx, r.tg.name, r.id, r.n); err != nil {
 			return fmt.Errorf("throttle: cancel reservation for %q: %w", r.tg.name, err)
@@ -498,7 +498,7 @@ func (t *Throttler) lostPause(tg *target, w *waiter) time.Duration {
 	if paused <= 0 || !w.at.Before(now.Add(paused-max(t.cfg.margin, MinStale))) {
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.cfg.storeTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), t.storeTimeoutFor(w.req.N))
 	defer cancel()
 	if w.grant.OK {
 		_ = t.store.Cancel(ctx, tg.name, w.req.ID, w.req.N)

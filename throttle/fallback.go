@@ -92,7 +92,11 @@ func (t *Throttler) storeDown(tg *target, now time.Time, cause error) {
 
 // degradedNow returns nil when tg should be decided by the store: it is not
 // degraded, or it was and the store is back (after replaying what this
-// process admitted locally). It tries at most once per probe interval.
+// process admitted locally). It tries at most once per probe interval, or
+// at once when another target has found the store back since its last try
+// (ModeStore's promise: a target is decided by the store again at its
+// next call; under FailOpen, a target that waited out its own interval
+// went on admitting everything for up to 200 ms after Mode said store).
 func (tg *target) degradedNow(t *Throttler) error {
 	tg.mu.Lock()
 	if !tg.degraded {
@@ -100,7 +104,8 @@ func (tg *target) degradedNow(t *Throttler) error {
 		return nil
 	}
 	now := t.cfg.now()
-	if now.Sub(tg.probed) < t.cfg.probeInterval {
+	backSince := !t.down.Load() && t.backAt.Load() > tg.probed.UnixNano()
+	if now.Sub(tg.probed) < t.cfg.probeInterval && !backSince {
 		tg.mu.Unlock()
 		return errStoreDown
 	}

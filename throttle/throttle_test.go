@@ -434,6 +434,47 @@ func TestAStoreTimeoutIsNamed(t *testing.T) {
 	})
 }
 
+// TestEveryTargetIsBackOnceTheStoreIs: once one target has found the store
+// back, every other target the store failed for is decided by it again at
+// its next call (ModeStore's promise), not at the end of its own probe
+// interval. Under FailOpen, a target that fell back after the first went
+// on admitting everything while Mode said store.
+func TestEveryTargetIsBackOnceTheStoreIs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore()}
+		defer store.Close()
+		rules, err := ParseRules("*=5/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen), WithLogger(quietLogger()))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+
+		store.fail.Store(true)
+		d, err := tr.Allow(ctx, "a.example")
+		require.NoError(t, err)
+		require.True(t, d.Allowed, "open")
+		time.Sleep(DefaultProbeInterval / 2)
+		_, err = tr.Allow(ctx, "b.example")
+		require.NoError(t, err)
+		require.Equal(t, ModeFallback, tr.Mode())
+
+		time.Sleep(DefaultProbeInterval / 2)
+		store.fail.Store(false)
+		_, err = tr.Allow(ctx, "a.example")
+		require.NoError(t, err)
+		require.Equal(t, ModeStore, tr.Mode(), "a.example found the store back")
+
+		calls := store.reserves.Load()
+		for i := range 6 {
+			d, err := tr.Allow(ctx, "b.example")
+			require.NoError(t, err)
+			require.Equal(t, i < 5, d.Allowed, "decision %d on b.example: the store's limit of 5", i)
+		}
+		require.Equal(t, calls+6, store.reserves.Load(), "every decision on b.example came from the store")
+	})
+}
+
 // TestAnOutageEndsWithTheFirstTargetBack: a target the store failed for
 // and that is not called again does not keep the Throttler in fallback
 // once the store is back: Mode, and the log, follow the store, and a

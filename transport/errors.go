@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"net/url"
 
 	"github.com/fleetgate/fleetgate/backoff"
 )
@@ -17,12 +18,16 @@ type Error struct {
 	Attempt int    // the attempt that failed, from 1 (one whose quota wait failed was not sent)
 	Err     error  // the cause; never nil
 
-	quota bool // the quota had no slot for the attempt in time (or a bad target): not sent
+	quota bool     // the quota had no slot for the attempt in time (or a bad target): not sent
+	url   *url.URL // the request's: its password or token is hidden in the text
 }
 
-// Error returns "transport: attempt N to "HOST": CAUSE".
+// Error returns "transport: attempt N to "HOST": CAUSE", where the request
+// URL's password, or its user when it has none (a token, most often), is
+// shown as "xxxxx" if the cause quotes it (a base RoundTripper's error may:
+// net/http's own hides only a password). Err itself is left as it is.
 func (e *Error) Error() string {
-	return fmt.Sprintf("transport: attempt %d to %q: %v", e.Attempt, e.Host, e.Err)
+	return hidePassword(fmt.Sprintf("transport: attempt %d to %q: %v", e.Attempt, e.Host, e.Err), e.url)
 }
 
 // Unwrap returns the cause.

@@ -120,7 +120,10 @@ func OnAttempt(fn func(AttemptInfo)) Option {
 // Retry-After cut to the cap and pauses it could not share with the fleet
 // (at Warn). A pause of the fleet is logged by the Throttler, with its own
 // logger (throttle.WithLogger), once per pause. The default is
-// slog.Default().
+// slog.Default(). A retry's line, like the text of the Error RoundTrip
+// returns, shows the request URL's password as "xxxxx", and its user too
+// when it has no password (a token, most often), where the base's error
+// quotes them.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.logger = l }
 }

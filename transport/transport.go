@@ -178,7 +178,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				attempt--
 				break
 			}
-			return nil, &Error{Host: host, Attempt: attempt, Err: werr, quota: true}
+			return nil, &Error{Host: host, Attempt: attempt, Err: werr, quota: true, url: req.URL}
 		}
 
 		guard.res = res
@@ -204,7 +204,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			info.Err = gerr
 			tr.report(info)
 			if !ranOut {
-				return nil, &Error{Host: host, Attempt: attempt, Err: gerr, quota: true}
+				return nil, &Error{Host: host, Attempt: attempt, Err: gerr, quota: true, url: req.URL}
 			}
 			// The attempt's own bound ran out at its connection: an
 			// attempt that timed out, retried as one.
@@ -242,7 +242,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	if err != nil {
-		return nil, &Error{Host: host, Attempt: attempt, Err: err}
+		return nil, &Error{Host: host, Attempt: attempt, Err: err, url: req.URL}
 	}
 	if tr.cfg.attemptsHeader != "" {
 		if resp.Header == nil {
@@ -469,7 +469,7 @@ func (h hiddenPassword) LogValue() slog.Value {
 // user, if any, shown as "xxxxx", as it is and as a URL escapes it, or the
 // user before its '@' when it has no password (a token, most often): a
 // base that quotes the request's URL in its errors must not put either in
-// a log line.
+// a log line, nor in the text of the Error RoundTrip returns.
 func hidePassword(msg string, u *url.URL) string {
 	if u == nil || u.User == nil {
 		return msg

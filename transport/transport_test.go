@@ -847,8 +847,9 @@ func (f baseFunc) RoundTrip(req *http.Request) (*http.Response, error) { return 
 
 // TestRetryLogsHideTheURLsPassword: a base whose errors quote the
 // request's URL, password and all (a *url.Error of its own), does not put
-// the password in the retry's log line, escaped or not; nor a user without
-// a password, most often a token.
+// the password in the retry's log line, escaped or not, nor in the text of
+// the error RoundTrip returns; nor a user without a password, most often a
+// token.
 func TestRetryLogsHideTheURLsPassword(t *testing.T) {
 	for _, tc := range []struct {
 		url, shown, secret string
@@ -871,5 +872,8 @@ func TestRetryLogsHideTheURLsPassword(t *testing.T) {
 		require.Contains(t, out, "fleetgate: retrying")
 		require.Contains(t, out, tc.shown)
 		require.NotContains(t, out, tc.secret)
+		require.Contains(t, err.Error(), tc.shown)
+		require.NotContains(t, err.Error(), tc.secret)
+		require.ErrorIs(t, err, syscall.ECONNRESET, "the cause itself is kept")
 	}
 }

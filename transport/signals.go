@@ -73,11 +73,13 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 			tr.log(ctx, slog.LevelDebug, "fleetgate: no requests remaining but no usable reset; not pausing", host, "status", status)
 		}
 	}
+	escalated := ""
 	switch {
 	case status == http.StatusTooManyRequests && !hasRetryAfter:
 		if target, err := tr.target(ctx, host); err == nil {
 			if d, ok := tr.streaks.escalate(target, sent, now, tr.cfg.pausePolicy, tr.cfg.maxRetryAfter); ok {
 				sg.pause = max(sg.pause, min(d, tr.cfg.maxRetryAfter))
+				escalated = target
 			}
 		}
 	case status >= 200 && status < 300 && tr.streaks.active():
@@ -92,6 +94,11 @@ func (tr *Transport) observe(ctx context.Context, host string, resp *http.Respon
 		if _, err := tr.t.Pause(context.WithoutCancel(ctx), host, sg.pause); err != nil {
 			tr.log(ctx, slog.LevelWarn, "fleetgate: pause kept locally only", host, "pause", sg.pause, "error", err)
 		}
+	}
+	if escalated != "" {
+		// Requests sent before the pause was in place were sent without
+		// it: their 429s, of the same burst, say nothing new either.
+		tr.streaks.heldFrom(escalated, tr.cfg.now())
 	}
 	return sg
 }
@@ -151,7 +158,7 @@ type streaks struct {
 type streak struct {
 	count  int           // escalations so far
 	prev   time.Duration // the last pause, for DecorrelatedJitter
-	since  time.Time     // when the last escalation happened
+	since  time.Time     // when the last escalation happened, or later its pause was in place
 	lapses time.Time     // when the run ends without another 429
 }
 
@@ -202,6 +209,18 @@ func (s *streaks) sweep(now time.Time) {
 }
 
 func (s *streaks) active() bool { return s.n.Load() > 0 }
+
+// heldFrom records that the pause of target's latest escalation was in
+// place at at: a 429 or 2xx to a request sent before then says nothing new
+// (without it, requests sent between a 429 and its pause reaching the
+// Throttler, a store call, escalated a burst's pause two or three times).
+func (s *streaks) heldFrom(target string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st := s.m[target]; st != nil && at.After(st.since) {
+		st.since = at
+	}
+}
 
 // reset ends target's run after a 2xx to a request sent at sent.
 func (s *streaks) reset(target string, sent time.Time) {

@@ -54,3 +54,34 @@ func TestStreaksLapse(t *testing.T) {
 		require.Equal(t, byte('u'), target[0], "a lapsed run was kept: %s", target)
 	}
 }
+
+// TestStreaksHoldFromThePause: a 429 escalates the run, and its pause
+// takes a store call to be in place; a 429 to a request sent meanwhile,
+// without the pause, is of the same burst and escalates nothing (a burst
+// escalated two or three times so), nor does a 2xx sent then end the run.
+// A 429 to a request sent once the pause was in place escalates again.
+func TestStreaksHoldFromThePause(t *testing.T) {
+	p := &backoff.Exponential{Base: time.Second, Max: time.Hour, Jitter: backoff.NoJitter}
+	const lapse = 5 * time.Minute
+	t0 := time.Unix(1_800_000_000, 0)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	var s streaks
+
+	d, ok := s.escalate("a", t0, t0, p, lapse)
+	require.True(t, ok)
+	require.Equal(t, time.Second, d)
+	s.heldFrom("a", ms(2)) // the pause was in place 2 ms after the 429
+	_, ok = s.escalate("a", ms(1), ms(3), p, lapse)
+	require.False(t, ok, "a 429 to a request sent before the pause was in place")
+	s.reset("a", ms(1))
+	require.True(t, s.active(), "a 2xx to a request sent before the pause was in place ends nothing")
+
+	d, ok = s.escalate("a", ms(2), ms(4), p, lapse)
+	require.True(t, ok, "a 429 to a request sent once the pause was in place")
+	require.Equal(t, 2*time.Second, d)
+	s.heldFrom("a", ms(3)) // older than the latest escalation: changes nothing
+	_, ok = s.escalate("a", ms(3), ms(5), p, lapse)
+	require.False(t, ok, "sent before the latest escalation")
+	s.heldFrom("b", ms(9)) // no run: nothing to hold
+	require.EqualValues(t, 1, s.n.Load())
+}

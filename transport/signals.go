@@ -141,9 +141,9 @@ func truncate(s string) string {
 
 // streaks counts, per target, the 429s without Retry-After in a row, so
 // that each one pauses the fleet longer. A 429 or 2xx to a request sent
-// before the latest escalation says nothing new (it was in flight when
-// this process reacted) and is ignored, so a burst of concurrent requests
-// answered 429 together escalates once. A run lapses when no such 429
+// before the latest escalation's pause was in place says nothing new (it
+// was sent without that pause) and is ignored, so a burst of concurrent
+// requests answered 429 together escalates once. A run lapses when no such 429
 // comes for a while after its latest pause ended (escalate's lapse), so a
 // target that comes back much later starts afresh, and a crawler that
 // meets many targets once keeps only the recent runs. Safe for concurrent
@@ -158,7 +158,8 @@ type streaks struct {
 type streak struct {
 	count  int           // escalations so far
 	prev   time.Duration // the last pause, for DecorrelatedJitter
-	since  time.Time     // when the last escalation happened, or later its pause was in place
+	since  time.Time     // when the latest escalation's pause was in place
+	held   bool          // its pause is in place (heldFrom); until then every answer is of its burst
 	lapses time.Time     // when the run ends without another 429
 }
 
@@ -167,8 +168,9 @@ type streak struct {
 const minSweep = 64
 
 // escalate records a 429 to target sent at sent and returns the pause it
-// calls for, or false when the request was already in flight at the
-// latest escalation. The run lapses lapse after that pause ends.
+// calls for, or false when the request was sent before the latest
+// escalation's pause was in place. The run lapses lapse after that pause
+// ends. The caller puts the pause in place, then calls heldFrom.
 func (s *streaks) escalate(target string, sent, now time.Time, p *backoff.Exponential, lapse time.Duration) (time.Duration, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,7 +178,7 @@ func (s *streaks) escalate(target string, sent, now time.Time, p *backoff.Expone
 	switch {
 	case st != nil && now.After(st.lapses):
 		*st = streak{} // a run that lapsed: this 429 begins a new one
-	case st != nil && sent.Before(st.since):
+	case st != nil && (!st.held || sent.Before(st.since)):
 		return 0, false
 	case st == nil:
 		if s.m == nil {
@@ -189,7 +191,7 @@ func (s *streaks) escalate(target string, sent, now time.Time, p *backoff.Expone
 	}
 	d := p.Delay(st.count, st.prev)
 	st.count++
-	st.prev, st.since, st.lapses = d, now, now.Add(d+lapse)
+	st.prev, st.since, st.held, st.lapses = d, now, false, now.Add(d+lapse)
 	return d, true
 }
 
@@ -211,14 +213,17 @@ func (s *streaks) sweep(now time.Time) {
 func (s *streaks) active() bool { return s.n.Load() > 0 }
 
 // heldFrom records that the pause of target's latest escalation was in
-// place at at: a 429 or 2xx to a request sent before then says nothing new
-// (without it, requests sent between a 429 and its pause reaching the
-// Throttler, a store call, escalated a burst's pause two or three times).
+// place at at, a store call after the 429 that asked for it: a 429 or 2xx
+// to a request sent before then, answered before or after, says nothing
+// new.
 func (s *streaks) heldFrom(target string, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.m[target]; st != nil && at.After(st.since) {
-		st.since = at
+	if st := s.m[target]; st != nil && !st.held {
+		if at.After(st.since) {
+			st.since = at
+		}
+		st.held = true
 	}
 }
 
@@ -226,7 +231,7 @@ func (s *streaks) heldFrom(target string, at time.Time) {
 func (s *streaks) reset(target string, sent time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.m[target]; st != nil && !sent.Before(st.since) {
+	if st := s.m[target]; st != nil && st.held && !sent.Before(st.since) {
 		delete(s.m, target)
 		s.n.Store(int64(len(s.m)))
 	}

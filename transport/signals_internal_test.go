@@ -23,6 +23,7 @@ func TestStreaksLapse(t *testing.T) {
 		t.Helper()
 		d, ok := s.escalate(target, at, at, p, lapse)
 		require.True(t, ok)
+		s.heldFrom(target, at) // the pause in place at once
 		return d
 	}
 
@@ -56,10 +57,11 @@ func TestStreaksLapse(t *testing.T) {
 }
 
 // TestStreaksHoldFromThePause: a 429 escalates the run, and its pause
-// takes a store call to be in place; a 429 to a request sent meanwhile,
-// without the pause, is of the same burst and escalates nothing (a burst
-// escalated two or three times so), nor does a 2xx sent then end the run.
-// A 429 to a request sent once the pause was in place escalates again.
+// takes a store call to be in place. Answers that come meanwhile, and
+// answers to requests sent before the pause was in place, are of the same
+// burst: a 429 escalates nothing (a burst escalated two or three times so)
+// and a 2xx ends nothing. A 429 to a request sent once the pause was in
+// place escalates again.
 func TestStreaksHoldFromThePause(t *testing.T) {
 	p := &backoff.Exponential{Base: time.Second, Max: time.Hour, Jitter: backoff.NoJitter}
 	const lapse = 5 * time.Minute
@@ -70,18 +72,24 @@ func TestStreaksHoldFromThePause(t *testing.T) {
 	d, ok := s.escalate("a", t0, t0, p, lapse)
 	require.True(t, ok)
 	require.Equal(t, time.Second, d)
-	s.heldFrom("a", ms(2)) // the pause was in place 2 ms after the 429
-	_, ok = s.escalate("a", ms(1), ms(3), p, lapse)
-	require.False(t, ok, "a 429 to a request sent before the pause was in place")
+	// While the pause is on its way to the store:
+	_, ok = s.escalate("a", ms(1), ms(2), p, lapse)
+	require.False(t, ok, "a 429 answered before the pause was in place")
 	s.reset("a", ms(1))
+	require.True(t, s.active(), "a 2xx answered before the pause was in place ends nothing")
+	s.heldFrom("a", ms(3)) // in place 3 ms after the 429
+	_, ok = s.escalate("a", ms(2), ms(4), p, lapse)
+	require.False(t, ok, "a 429 to a request sent before the pause was in place")
+	s.reset("a", ms(2))
 	require.True(t, s.active(), "a 2xx to a request sent before the pause was in place ends nothing")
 
-	d, ok = s.escalate("a", ms(2), ms(4), p, lapse)
+	d, ok = s.escalate("a", ms(3), ms(5), p, lapse)
 	require.True(t, ok, "a 429 to a request sent once the pause was in place")
 	require.Equal(t, 2*time.Second, d)
-	s.heldFrom("a", ms(3)) // older than the latest escalation: changes nothing
-	_, ok = s.escalate("a", ms(3), ms(5), p, lapse)
-	require.False(t, ok, "sent before the latest escalation")
+	s.heldFrom("a", ms(6))
+	s.heldFrom("a", ms(9)) // the pause was in place already: changes nothing
+	_, ok = s.escalate("a", ms(6), ms(10), p, lapse)
+	require.True(t, ok, "sent once the second pause was in place")
 	s.heldFrom("b", ms(9)) // no run: nothing to hold
 	require.EqualValues(t, 1, s.n.Load())
 }

@@ -93,22 +93,31 @@ func BenchmarkMemoryAllow(b *testing.B) {
 	}
 }
 
-// BenchmarkMemoryRestore restores one request of n units into an empty
-// MemoryStore, as a Throttler seeds its local log with the whole share when
-// it falls back from a failed store: its cost must grow with n, not n² (at
-// 100,000 units that took 8 s, with the target's lock held).
+// BenchmarkMemoryRestore restores into an empty MemoryStore one request of
+// n units (units/n), as a Throttler seeds its local log with its whole share
+// when it falls back from a failed store, or n requests of one unit
+// (requests/n), as a replay of placeholders: the cost must grow with n, not
+// n² (100,000 units took 8 s one at a time, with the target's lock held).
 func BenchmarkMemoryRestore(b *testing.B) {
 	ctx := context.Background()
 	for _, n := range []int{1_000, 10_000, 100_000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			seed := []throttle.Entry{{ID: 1, N: n, Age: -time.Second}}
-			for b.Loop() {
-				s := throttle.NewMemoryStore()
-				if err := s.Restore(ctx, "restore.bench.test", time.Minute, seed); err != nil {
-					b.Fatal(err)
+		for _, shape := range []string{"units", "requests"} {
+			entries := []throttle.Entry{{ID: 1, N: n, Age: -time.Second}}
+			if shape == "requests" {
+				entries = make([]throttle.Entry, n)
+				for i := range entries {
+					entries[i] = throttle.Entry{ID: uint64(i + 1), N: 1, Age: -time.Second}
 				}
-				s.Close()
 			}
-		})
+			b.Run(fmt.Sprintf("%s/%d", shape, n), func(b *testing.B) {
+				for b.Loop() {
+					s := throttle.NewMemoryStore()
+					if err := s.Restore(ctx, "restore.bench.test", time.Minute, entries); err != nil {
+						b.Fatal(err)
+					}
+					s.Close()
+				}
+			})
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package throttle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -278,33 +279,82 @@ func (s *MemoryStore) Restore(ctx context.Context, target string, window time.Du
 	now := s.micros(s.now())
 	t.window = max(t.window, w)
 	t.trim(now, t.window)
+	live := t.log[t.head:]
+	// had: the slot each restored request already has in the log within
+	// window (its first entry's).
+	want := make(map[uint64]bool, len(entries))
+	for _, e := range entries {
+		want[e.ID] = true
+	}
+	had := make(map[uint64]int64)
+	for _, m := range live {
+		if _, ok := had[m.id]; !ok && want[m.id] && m.at > now-w {
+			had[m.id] = m.at
+		}
+	}
+	// add: the requests to write, in the order they came; latest: each
+	// one's place in add; moved: requests whose entries in the log go.
+	type restored struct {
+		at   int64
+		id   uint64
+		n    int
+		gone bool // a later slot of the same request came after it
+	}
+	var add []restored
+	latest := make(map[uint64]int)
+	moved := make(map[uint64]bool)
 	for _, e := range entries {
 		at := now - e.Age.Microseconds()
 		if at <= now-w {
 			continue
 		}
-		live := t.log[t.head:]
-		if i := slices.IndexFunc(live, func(m memEntry) bool { return m.id == e.ID && m.at > now-w }); i >= 0 {
-			if live[i].at >= at {
+		if i, ok := latest[e.ID]; ok {
+			if add[i].at >= at {
 				continue // it stays where it is
 			}
-			live = slices.DeleteFunc(live, func(m memEntry) bool { return m.id == e.ID })
-			t.log = t.log[:t.head+len(live)]
-		}
-		pos, _ := slices.BinarySearchFunc(t.log[t.head:], at, func(m memEntry, at int64) int {
-			if m.at <= at {
-				return -1
+			add[i].gone = true
+		} else if prev, ok := had[e.ID]; ok {
+			if prev >= at {
+				continue
 			}
-			return 1
-		})
-		// All its units in one insert: one at a time, a request of n
-		// units cost n² moves (8 s for 100,000 units).
-		units := make([]memEntry, max(e.N, 1))
-		for i := range units {
-			units[i] = memEntry{at: at, id: e.ID}
+			moved[e.ID] = true
 		}
-		t.log = slices.Insert(t.log, t.head+pos, units...)
+		latest[e.ID] = len(add)
+		add = append(add, restored{at: at, id: e.ID, n: max(e.N, 1)})
 	}
+	if len(add) == 0 {
+		return nil
+	}
+	if len(moved) > 0 {
+		live = slices.DeleteFunc(live, func(m memEntry) bool { return moved[m.id] })
+	}
+	// One merge of the log and the new entries, each in slot order; a new
+	// entry goes after the entries of its slot already there, and after
+	// the new ones of that slot that came before it. (Inserting each unit
+	// at its place cost n² moves: a Throttler seeds its local log with its
+	// whole share as one request when it falls back.)
+	slices.SortStableFunc(add, func(a, b restored) int { return cmp.Compare(a.at, b.at) })
+	units := 0
+	for _, r := range add {
+		if !r.gone {
+			units += r.n
+		}
+	}
+	merged := make([]memEntry, 0, len(live)+units)
+	i := 0
+	for _, r := range add {
+		if r.gone {
+			continue
+		}
+		for i < len(live) && live[i].at <= r.at {
+			merged = append(merged, live[i])
+			i++
+		}
+		for range r.n {
+			merged = append(merged, memEntry{at: r.at, id: r.id})
+		}
+	}
+	t.log, t.head = append(merged, live[i:]...), 0
 	return nil
 }
 

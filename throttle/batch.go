@@ -181,8 +181,12 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	for _, r := range reqs {
 		units += r.N
 	}
+	// No more can be booked than the limit for every window up to the
+	// horizon, however many units the waiters ask for.
+	units = min(units, tg.lim.Limit*(2+int(t.horizon(tg)/tg.lim.Window)))
 	var ctx context.Context
-	if timeout := t.storeTimeoutFor(units); timeout-t.cfg.storeTimeout <= shareDeadlines {
+	timeout := t.storeTimeoutFor(units)
+	if timeout-t.cfg.storeTimeout <= shareDeadlines {
 		dl := t.deadlines.get(start, t.cfg.storeTimeout)
 		defer dl.release()
 		ctx = dl.ctx
@@ -196,7 +200,7 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	}
 	st, err := t.store.Reserve(ctx, tg.name, tg.lim, reqs, grants)
 	if err != nil {
-		return st, time.Time{}, err
+		return st, time.Time{}, unitsTimedOut(ctx, err, timeout, units, t.cfg.storeTimeout)
 	}
 	now := t.cfg.now()
 	mid := start.Add(now.Sub(start) / 2)

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"time"
 )
@@ -71,14 +72,38 @@ func (s *sharedDeadline) release() {
 
 // perUnitTimeout is how much longer than the store timeout a store call may
 // take for each unit it books, cancels or restores past the first. A Redis
-// script run writes or removes one log entry per unit: 2-5 µs each to book
-// or cancel on an idle local server, 4-8 µs to restore (BENCHMARKS.md, §4,
-// "Requests of many units"), so a request of 20,000 units outlasted the
-// default 30 ms on its own, failed every time on a healthy store, and put
-// its target in the fallback.
+// script run writes or removes one log entry per unit: 1.5-5 µs each to
+// book or cancel on an idle local server, 4-8 µs to restore (BENCHMARKS.md,
+// §4, "Requests of many units"); with the store timeout alone, a request
+// of 20,000 units would time out on a healthy store.
 const perUnitTimeout = 20 * time.Microsecond
 
 // storeTimeoutFor is the timeout of a store call that carries units units.
 func (t *Throttler) storeTimeoutFor(units int) time.Duration {
 	return t.cfg.storeTimeout + time.Duration(max(units-1, 0))*perUnitTimeout
+}
+
+// unitsTimeout is a store call of many units that ran out of its timeout,
+// the store timeout and perUnitTimeout a unit past the first.
+type unitsTimeout struct {
+	timeout time.Duration
+	units   int
+	err     error
+}
+
+func (e *unitsTimeout) Error() string {
+	return fmt.Sprintf("no answer within %v, the store timeout and %v for each of %d units past the first: %v",
+		e.timeout, perUnitTimeout, e.units-1, e.err)
+}
+
+func (e *unitsTimeout) Unwrap() error { return e.err }
+
+// unitsTimedOut returns err, the error of a store call of units units under
+// ctx, which had timeout: as a unitsTimeout when ctx ran out and timeout is
+// longer than the store timeout base, so that the log names it.
+func unitsTimedOut(ctx context.Context, err error, timeout time.Duration, units int, base time.Duration) error {
+	if timeout-base <= shareDeadlines || ctx.Err() == nil {
+		return err
+	}
+	return &unitsTimeout{timeout: timeout, units: units, err: err}
 }

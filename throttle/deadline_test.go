@@ -118,7 +118,7 @@ func TestStoreCallsGetMoreTimeForManyUnits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		store := &timedStore{flakyStore: &flakyStore{MemoryStore: NewMemoryStore()}, left: map[string]time.Duration{}}
 		defer store.Close()
-		rules, err := ParseRules("*=100000/1s")
+		rules, err := ParseRules("*=20000/1s")
 		require.NoError(t, err)
 		const timeout = 30 * time.Millisecond
 		tr, err := New(rules, WithStore(store), WithStoreTimeout(timeout), WithLogger(quietLogger()))
@@ -141,8 +141,20 @@ func TestStoreCallsGetMoreTimeForManyUnits(t *testing.T) {
 		require.NoError(t, r.Cancel(ctx))
 		assert.Equal(t, timeout+19_999*perUnitTimeout, store.leftFor("cancel"), "a cancel of 20,000 units")
 
+		// Waiters that share a call count no more units than the rule
+		// books up to its horizon (a window ahead): three windows' worth.
+		tg, err := tr.target(ctx, host)
+		require.NoError(t, err)
+		reqs := make([]Request, 5)
+		for i := range reqs {
+			reqs[i] = Request{ID: nextID(), N: 20_000, MaxWait: -1}
+		}
+		_, _, err = tr.storeReserve(tg, reqs, make([]Grant, len(reqs)))
+		require.NoError(t, err)
+		assert.Equal(t, timeout+(3*20_000-1)*perUnitTimeout, store.leftFor("reserve"), "five waiters of 20,000 units")
+
 		// Back from the fallback, a process replays the other process's
-		// share (the store counts two) as 50,000 one-unit placeholders.
+		// share (the store counts two) as 10,000 one-unit placeholders.
 		store.fail.Store(true)
 		_, err = tr.Allow(ctx, host)
 		require.ErrorIs(t, err, ErrStoreUnavailable, "a process that joined a moment ago has no safe share")
@@ -152,7 +164,7 @@ func TestStoreCallsGetMoreTimeForManyUnits(t *testing.T) {
 		_, err = tr.Allow(ctx, host)
 		require.NoError(t, err)
 		require.Equal(t, ModeStore, tr.Mode())
-		assert.Equal(t, int64(50_000), store.restored.Load())
-		assert.Equal(t, timeout+49_999*perUnitTimeout, store.leftFor("restore"), "a restore of 50,000 units")
+		assert.Equal(t, int64(10_000), store.restored.Load())
+		assert.Equal(t, timeout+9_999*perUnitTimeout, store.leftFor("restore"), "a restore of 10,000 units")
 	})
 }

@@ -81,7 +81,10 @@ func (t *Throttler) storeDown(tg *target, now time.Time, cause error) {
 		// A killed Redis most often shows as a timeout (go-redis redials
 		// and backs off past the store timeout): say which timeout.
 		var ne net.Error
-		if errors.Is(cause, context.DeadlineExceeded) || errors.As(cause, &ne) && ne.Timeout() {
+		var ut *unitsTimeout
+		switch {
+		case errors.As(cause, &ut): // names its own timeout
+		case errors.Is(cause, context.DeadlineExceeded) || errors.As(cause, &ne) && ne.Timeout():
 			cause = fmt.Errorf("no answer within the store timeout (%v): %w", t.cfg.storeTimeout, cause)
 		}
 		t.fellBack.Store(now.UnixNano())
@@ -92,11 +95,10 @@ func (t *Throttler) storeDown(tg *target, now time.Time, cause error) {
 
 // degradedNow returns nil when tg should be decided by the store: it is not
 // degraded, or it was and the store is back (after replaying what this
-// process admitted locally). It tries at most once per probe interval, or
-// at once when another target has found the store back since its last try
-// (ModeStore's promise: a target is decided by the store again at its
-// next call; under FailOpen, a target that waited out its own interval
-// went on admitting everything for up to 200 ms after Mode said store).
+// process admitted locally). It tries at most once per probe interval, and
+// at once when another target has found the store back since its last try,
+// so that a target is decided by the store again at its next call once
+// Mode says so.
 func (tg *target) degradedNow(t *Throttler) error {
 	tg.mu.Lock()
 	if !tg.degraded {
@@ -136,18 +138,24 @@ func (tg *target) degradedNow(t *Throttler) error {
 	for _, e := range entries {
 		units += e.N
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), t.storeTimeoutFor(units))
+	timeout := t.storeTimeoutFor(units)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := t.store.Restore(ctx, tg.name, tg.lim.Window, entries); err != nil {
+		err = unitsTimedOut(ctx, err, timeout, units, t.cfg.storeTimeout)
 		t.storeDown(tg, now, err)
 		return err
 	}
 	tg.mu.Lock()
 	tg.degraded = false
 	tg.mu.Unlock()
+	// When the store was found back: stamped after the replay, so that a
+	// target that failed meanwhile tries again at its next call
+	// (degradedNow), and before down is cleared, since forget reads it
+	// once down is clear.
+	t.backAt.Store(t.cfg.now().UnixNano())
 	// One line per outage: first_target is the first target back; the
 	// others come back at their next calls.
-	t.backAt.Store(now.UnixNano()) // first: forget reads it once down is clear
 	if t.down.CompareAndSwap(true, false) {
 		t.cfg.logger.Info("fleetgate: store is back; deciding by the store again",
 			"first_target", tg.name, "after", now.Sub(time.Unix(0, t.fellBack.Load())).Round(time.Millisecond))

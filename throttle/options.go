@@ -15,8 +15,9 @@ const (
 	// BENCHMARKS.md for the measured spread behind it.
 	DefaultMargin = 50 * time.Millisecond
 
-	// DefaultStoreTimeout bounds each store call; past it the call counts as
-	// a store failure and the failure policy applies. It is below the
+	// DefaultStoreTimeout bounds each store call (a call of many units gets
+	// more, see WithStoreTimeout); past it the call counts as a store
+	// failure and the failure policy applies. It is below the
 	// margin: a slot's local time is the middle of the call's round trip,
 	// wrong by at most half of it.
 	DefaultStoreTimeout = 30 * time.Millisecond
@@ -147,9 +148,10 @@ func WithFailurePolicy(p FailurePolicy) Option { return func(c *config) { c.poli
 // WithStoreTimeout bounds each store call (default DefaultStoreTimeout).
 // A decision's call may run up to a millisecond longer: calls that start
 // within a millisecond of one another share one deadline. A call that
-// books, cancels or restores many units gets 20 µs more for each unit past
-// the first (a request of 10,000 units: 0.2 s more), since the store
-// writes one log entry per unit.
+// books, cancels or restores more than 50 units gets 20 µs more for each
+// unit past the first (a request of 10,000 units: 0.2 s more), since the
+// store writes one log entry per unit; a decision's call counts at most
+// the units the rule lets it book, up to the booking horizon.
 func WithStoreTimeout(d time.Duration) Option { return func(c *config) { c.storeTimeout = d } }
 
 // WithMaxPause caps fleet-wide pauses (default DefaultMaxPause); it must

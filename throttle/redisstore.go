@@ -559,7 +559,8 @@ func fromUS(v int64) time.Duration { return time.Duration(v) * time.Microsecond 
 // Reserve implements Store. On a single node (a *redis.Client, Sentinel
 // included), concurrent Reserve calls for any targets share script runs:
 // while a few runs are in flight, newcomers queue and go together in the
-// next, one atomic run deciding each target in turn. On a Cluster each
+// next, one atomic run deciding each target in turn; a call of more than
+// 50 units, whose run is long, has a run of its own. On a Cluster each
 // target has a run of its own.
 func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
 	if lim.Limit < 1 || lim.Window < time.Microsecond || lim.Gap < 0 {
@@ -569,7 +570,8 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	}
 	c := &reserveCall{ctx: ctx, entered: time.Now(), rt: s.target(target), target: target, lim: lim, reqs: reqs, grants: grants[:len(reqs)]}
 	c.rt.used.Store(c.entered.UnixNano())
-	if !s.batch.Load() {
+	switch {
+	case !s.batch.Load():
 		s.keeper.Do(func() {
 			if s.keepsEpochs() {
 				s.keeperRun = make(chan struct{})
@@ -577,7 +579,11 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 			}
 		})
 		s.reserve([]*reserveCall{c})
-	} else if !s.calls.do(ctx, c, s.reserve, failCalls) {
+	case manyUnits(reqs):
+		// A long run, maybe under a long deadline (a run takes its
+		// callers' latest): alone, it holds up no other target's call.
+		s.reserve([]*reserveCall{c})
+	case !s.calls.do(ctx, c, s.reserve, failCalls):
 		return State{}, fmt.Errorf("redis store: reserve %q: %w", target, ctxError(ctx))
 	}
 	if c.err != nil {
@@ -603,6 +609,21 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 		}
 	}
 	return c.state, nil
+}
+
+// sharedUnits is the most units a Reserve may carry and still share a
+// script run with other calls: a run writes a log entry per unit.
+const sharedUnits = 50
+
+// manyUnits reports whether reqs carry more than sharedUnits units.
+func manyUnits(reqs []Request) bool {
+	n := 0
+	for _, r := range reqs {
+		if n += r.N; n > sharedUnits {
+			return true
+		}
+	}
+	return false
 }
 
 // reserveCall is one Reserve on its way to the script.

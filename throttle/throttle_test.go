@@ -415,23 +415,32 @@ func (s hungStore) Reserve(ctx context.Context, _ string, _ Limit, _ []Request, 
 
 // TestAStoreTimeoutIsNamed: a store that does not answer (a killed Redis,
 // most often) is logged with the timeout it ran out of, not only
-// "context deadline exceeded".
+// "context deadline exceeded": the store timeout, or for a call of many
+// units the longer one it had.
 func TestAStoreTimeoutIsNamed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := hungStore{NewMemoryStore()}
-		defer store.Close()
-		var logged strings.Builder
-		rules, err := ParseRules("*=100/1s")
-		require.NoError(t, err)
-		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen), WithStoreTimeout(30*time.Millisecond),
-			WithLogger(textLogger(&logged)))
-		require.NoError(t, err)
-		defer tr.Close()
-		require.NoError(t, tr.Wait(context.Background(), "a.example"))
-		require.Equal(t,
-			"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=a.example error=\"no answer within the store timeout (30ms): context deadline exceeded\"\n",
-			logged.String())
-	})
+	for _, tc := range []struct {
+		units int
+		named string
+	}{
+		{1, "no answer within the store timeout (30ms): context deadline exceeded"},
+		{1_001, "no answer within 50ms, the store timeout and 20µs for each of 1000 units past the first: context deadline exceeded"},
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			store := hungStore{NewMemoryStore()}
+			defer store.Close()
+			var logged strings.Builder
+			rules, err := ParseRules("*=10000/1s")
+			require.NoError(t, err)
+			tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen), WithStoreTimeout(30*time.Millisecond),
+				WithLogger(textLogger(&logged)))
+			require.NoError(t, err)
+			defer tr.Close()
+			require.NoError(t, tr.WaitN(context.Background(), "a.example", tc.units))
+			require.Equal(t,
+				"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=a.example error=\""+tc.named+"\"\n",
+				logged.String())
+		})
+	}
 }
 
 // TestEveryTargetIsBackOnceTheStoreIs: once one target has found the store

@@ -18,16 +18,18 @@ type Error struct {
 	Attempt int    // the attempt that failed, from 1 (one whose quota wait failed was not sent)
 	Err     error  // the cause; never nil
 
-	quota bool     // the quota had no slot for the attempt in time (or a bad target): not sent
-	url   *url.URL // the request's: its password or token is hidden in the text
+	quota bool          // the quota had no slot for the attempt in time (or a bad target): not sent
+	user  *url.Userinfo // the request URL's (immutable): hidden in the text
 }
 
 // Error returns "transport: attempt N to "HOST": CAUSE", where the request
 // URL's password, or its user when it has none (a token, most often), is
-// shown as "xxxxx" if the cause quotes it (a base RoundTripper's error may:
-// net/http's own hides only a password). Err itself is left as it is.
+// shown as "xxxxx" if the cause quotes it, as a base RoundTripper's error
+// may. Err itself is left as it is, and so is the *url.Error an
+// http.Client wraps around the Error, which shows the URL as net/http
+// redacts it: a password hidden, a user without one shown.
 func (e *Error) Error() string {
-	return hidePassword(fmt.Sprintf("transport: attempt %d to %q: %v", e.Attempt, e.Host, e.Err), e.url)
+	return hidePassword(fmt.Sprintf("transport: attempt %d to %q: %v", e.Attempt, e.Host, e.Err), e.user)
 }
 
 // Unwrap returns the cause.

@@ -178,7 +178,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				attempt--
 				break
 			}
-			return nil, &Error{Host: host, Attempt: attempt, Err: werr, quota: true, url: req.URL}
+			return nil, &Error{Host: host, Attempt: attempt, Err: werr, quota: true, user: req.URL.User}
 		}
 
 		guard.res = res
@@ -204,7 +204,7 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			info.Err = gerr
 			tr.report(info)
 			if !ranOut {
-				return nil, &Error{Host: host, Attempt: attempt, Err: gerr, quota: true, url: req.URL}
+				return nil, &Error{Host: host, Attempt: attempt, Err: gerr, quota: true, user: req.URL.User}
 			}
 			// The attempt's own bound ran out at its connection: an
 			// attempt that timed out, retried as one.
@@ -235,14 +235,14 @@ func (tr *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if info.Err != nil {
 			tr.log(ctx, slog.LevelDebug, "fleetgate: retrying", host,
-				"attempt", attempt+1, "delay", delay, "error", hiddenPassword{info.Err, req.URL})
+				"attempt", attempt+1, "delay", delay, "error", hiddenPassword{info.Err, req.URL.User})
 		} else {
 			tr.log(ctx, slog.LevelDebug, "fleetgate: retrying", host,
 				"attempt", attempt+1, "delay", delay, "status", info.Status)
 		}
 	}
 	if err != nil {
-		return nil, &Error{Host: host, Attempt: attempt, Err: err, url: req.URL}
+		return nil, &Error{Host: host, Attempt: attempt, Err: err, user: req.URL.User}
 	}
 	if tr.cfg.attemptsHeader != "" {
 		if resp.Header == nil {
@@ -456,31 +456,31 @@ func closeBody(req *http.Request) {
 // hiddenPassword is an attempt's error in a log line: its text as
 // hidePassword gives it, made only when the line is written.
 type hiddenPassword struct {
-	err error
-	u   *url.URL
+	err  error
+	user *url.Userinfo
 }
 
 // LogValue implements slog.LogValuer.
 func (h hiddenPassword) LogValue() slog.Value {
-	return slog.StringValue(hidePassword(h.err.Error(), h.u))
+	return slog.StringValue(hidePassword(h.err.Error(), h.user))
 }
 
-// hidePassword returns msg, an attempt's error, with the password of u's
-// user, if any, shown as "xxxxx", as it is and as a URL escapes it, or the
+// hidePassword returns msg, an attempt's error, with user's password, if
+// any, shown as "xxxxx", as it is and as a URL escapes it, or the
 // user before its '@' when it has no password (a token, most often): a
 // base that quotes the request's URL in its errors must not put either in
 // a log line, nor in the text of the Error RoundTrip returns.
-func hidePassword(msg string, u *url.URL) string {
-	if u == nil || u.User == nil {
+func hidePassword(msg string, user *url.Userinfo) string {
+	if user == nil {
 		return msg
 	}
-	pw, ok := u.User.Password()
+	pw, ok := user.Password()
 	if !ok {
-		name := u.User.Username()
+		name := user.Username()
 		if name == "" {
 			return msg
 		}
-		return strings.ReplaceAll(strings.ReplaceAll(msg, u.User.String()+"@", "xxxxx@"), name+"@", "xxxxx@")
+		return strings.ReplaceAll(strings.ReplaceAll(msg, user.String()+"@", "xxxxx@"), name+"@", "xxxxx@")
 	}
 	if pw == "" {
 		return msg

@@ -29,7 +29,7 @@ type Error struct {
 // http.Client wraps around the Error, which shows the URL as net/http
 // redacts it: a password hidden, a user without one shown.
 func (e *Error) Error() string {
-	return hidePassword(fmt.Sprintf("transport: attempt %d to %q: %v", e.Attempt, e.Host, e.Err), e.user)
+	return fmt.Sprintf("transport: attempt %d to %q: %s", e.Attempt, e.Host, hidePassword(e.Err.Error(), e.user))
 }
 
 // Unwrap returns the cause.

@@ -466,8 +466,9 @@ func (h hiddenPassword) LogValue() slog.Value {
 }
 
 // hidePassword returns msg, an attempt's error, with user's password, if
-// any, shown as "xxxxx", as it is and as a URL escapes it, or the
-// user before its '@' when it has no password (a token, most often): a
+// any, shown as "xxxxx", as it is and as a URL escapes it, or the user
+// before its '@' when it has no password or an empty one (a token, most
+// often): a
 // base that quotes the request's URL in its errors must not put either in
 // a log line, nor in the text of the Error RoundTrip returns.
 func hidePassword(msg string, user *url.Userinfo) string {
@@ -475,14 +476,14 @@ func hidePassword(msg string, user *url.Userinfo) string {
 		return msg
 	}
 	pw, ok := user.Password()
-	if !ok {
+	if !ok || pw == "" { // a token, most often, as "TOKEN@" or "TOKEN:@"
 		name := user.Username()
 		if name == "" {
 			return msg
 		}
-		return strings.ReplaceAll(strings.ReplaceAll(msg, user.String()+"@", "xxxxx@"), name+"@", "xxxxx@")
-	}
-	if pw == "" {
+		for _, form := range []string{user.String(), name + ":", name} {
+			msg = strings.ReplaceAll(msg, form+"@", "xxxxx@")
+		}
 		return msg
 	}
 	escaped := strings.TrimPrefix(url.UserPassword("", pw).String(), ":")

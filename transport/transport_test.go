@@ -857,6 +857,7 @@ func TestRetryLogsHideTheURLsPassword(t *testing.T) {
 	}{
 		{"http://alice:" + url.PathEscape("s3cr/et") + "@example.test/x", "alice:xxxxx@example.test", "s3cr", "reset by s3cr/et"},
 		{"http://T0ken%2FLeak@example.test/x", "//xxxxx@example.test", "Leak", "reset"},
+		{"http://T0kenLeak:@example.test/x", "//xxxxx@example.test", "Leak", "reset"}, // curl -u TOKEN:
 	} {
 		base := baseFunc(func(req *http.Request) (*http.Response, error) {
 			return nil, &url.Error{Op: "Get", URL: req.URL.String(), Err: fmt.Errorf("%s: %w", tc.cause, syscall.ECONNRESET)}

@@ -827,11 +827,14 @@ func TestHideErrorPasswords(t *testing.T) {
 		"dial tcp 127.0.0.1:1: connect: refused": "dial tcp 127.0.0.1:1: connect: refused",
 		`Get "http://u:pw@h/": EOF`:              `Get "http://u:xxxxx@h/": EOF`,
 		"Get http://u:pw@h/: EOF":                "Get http://u:xxxxx@h/: EOF",
-		`a "http://u:p\"w@%zz/" b "http://v:q@h"`:  `a "http://u:xxxxx@%zz/" b "http://v:xxxxx@h"`,
-		`"http://u:p w@h/" and "u:p@h"`:            `"http://u:xxxxx@h/" and "u:p@h"`,
-		`"http://h/?next=http%3A%2F%2Fu%3Apw%40g"`: `"http://h/?next=http%3A%2F%2Fu%3Axxxxx%40g"`,
-		`unclosed "http://u:pw@h/ here`:            `unclosed "http://u:xxxxx@h/ here`,
-		"user@host:1 and http://u@h/":              "user@host:1 and http://xxxxx@h/", // a user alone in a URL: a token
+		`a "http://u:p\"w@%zz/" b "http://v:q@h"`:       `a "http://u:xxxxx@%zz/" b "http://v:xxxxx@h"`,
+		`"http://u:p w@h/" and "u:p@h"`:                 `"http://u:xxxxx@h/" and "u:p@h"`,
+		`"http://h/?next=http%3A%2F%2Fu%3Apw%40g"`:      `"http://h/?next=http%3A%2F%2Fu%3Axxxxx%40g"`,
+		`unclosed "http://u:pw@h/ here`:                 `unclosed "http://u:xxxxx@h/ here`,
+		"user@host:1 and http://u@h/":                   "user@host:1 and http://xxxxx@h/", // a user alone in a URL: a token
+		"Get http://sk_Leak1:@h/: EOF":                  "Get http://xxxxx@h/: EOF",        // a token with an empty password
+		"Get http://sk_Leak2:@%zz/: EOF":                "Get http://xxxxx@%zz/: EOF",      // so, in a line that does not parse
+		`"http://h/?next=http%3A%2F%2Fsk_Leak3%3A%40g"`: `"http://h/?next=http%3A%2F%2Fxxxxx%40g"`,
 	} {
 		require.Equal(t, want, hideErrorPasswords(msg), msg)
 	}

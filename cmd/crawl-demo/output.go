@@ -248,7 +248,7 @@ func hideEncodedPasswords(s string) string {
 		auth := lower[start:end]
 		colon, atSign := strings.Index(auth, "%3a"), strings.LastIndex(auth, "%40")
 		b.WriteString(s[at:start])
-		if colon >= 0 && colon < atSign {
+		if colon >= 0 && colon+3 < atSign {
 			b.WriteString(s[start : start+colon+3])
 			b.WriteString("xxxxx")
 			b.WriteString(s[start+atSign : end])
@@ -351,9 +351,9 @@ func hideUserPassword(raw string) string {
 		return raw
 	}
 	colon := strings.IndexByte(auth[:at], ':')
-	if colon < 0 || strings.IndexByte(auth, '@') < colon {
+	if colon < 0 || strings.IndexByte(auth, '@') < colon || colon+1 == at {
 		// A user alone (a token, most often), whatever ':' a port or a
-		// path puts after its '@'.
+		// path puts after its '@', or with an empty password.
 		return raw[:start] + "xxxxx" + raw[start+at:]
 	}
 	return raw[:start+colon+1] + "xxxxx" + raw[start+at:]

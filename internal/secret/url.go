@@ -35,14 +35,15 @@ func URLError(err error, schemes string) string {
 }
 
 // Redacted returns u as url.URL.Redacted does, its password shown as
-// "xxxxx", and its user too when it has no password: a user alone is
-// most often a token ("https://TOKEN@api.example.com/", sent as Basic
-// auth), which Redacted would show.
+// "xxxxx", and its user too when it has no password or an empty one: such
+// a user is most often a token ("https://TOKEN@api.example.com/", or
+// "https://TOKEN:@..." as curl -u TOKEN: writes it, sent as Basic auth),
+// which Redacted would show.
 func Redacted(u *url.URL) string {
 	if u == nil || u.User == nil {
 		return u.Redacted()
 	}
-	if _, ok := u.User.Password(); ok {
+	if pw, ok := u.User.Password(); ok && pw != "" {
 		return u.Redacted()
 	}
 	c := *u

@@ -29,6 +29,7 @@ func TestRedacted(t *testing.T) {
 	for raw, want := range map[string]string{
 		"https://alice:s3cret@example.com/x": "https://alice:xxxxx@example.com/x",
 		"https://S3CRETTOKEN@example.com/x":  "https://xxxxx@example.com/x",
+		"https://S3CRETTOKEN:@example.com/x": "https://xxxxx@example.com/x", // curl -u TOKEN:
 		"https://:s3cret@example.com/x":      "https://:xxxxx@example.com/x",
 		"https://example.com/x?q=1":          "https://example.com/x?q=1",
 	} {

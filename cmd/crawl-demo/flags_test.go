@@ -92,6 +92,9 @@ func TestRedisURLNeverShowsThePassword(t *testing.T) {
 		{"cluster with unknown option", "redis://alice:s3cret@host:7000?addr=host:7001&frob=1"},
 		{"sentinel with unknown option", "redis://alice:s3cret@host:26379?master_name=m&password=s3cret&frob=1"},
 		{"password in the query of a single node", "redis://alice:s3cret@host:6379?password=s3cret"},
+		{"a ';' in the query", "redis://alice:s3cret@host:26379?master_name=fleet;password=s3cret"},
+		{"a user and password in addr", "redis://:s3cret@host:7000?addr=alice:s3cret2@host:7001"},
+		{"a token in addr", "redis://host:7000?addr=s3cret@host:7001"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -202,6 +205,10 @@ func TestRedact(t *testing.T) {
 		{"alice:pw@host:6379", "***@host:6379"},
 		{"redis://s:1?master_name=m&password=pw&Sentinel_Password=x&db=1", "redis://s:1?master_name=m&password=***&Sentinel_Password=***&db=1"},
 		{"redis://:a?b@s:1?password=pw", "redis://***@s:1?password=***"},
+		{"redis://s:1?master_name=m;password=pw", "redis://s:1?master_name=m;password=***"}, // a ';' parses as no separator
+		{"redis://s:1?addr=t:2&addr=u:Sec@v:3", "redis://***@v:3"},                          // hides more than the password
+		{"redis://s:1/?x=1&addr=u:Sec@v:3;y", "redis://***@v:3;y"},
+		{"redis://s:1/?addr=v:3&Q=u:Sec@v:3", "redis://***@v:3"},
 		{"", ""},
 	}
 	for _, tt := range tests {

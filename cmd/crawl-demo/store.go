@@ -53,7 +53,19 @@ func parseRedisURL(raw string) (*redisConfig, error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("-redis %s: no host", shown)
 	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		// Go's parser leaves out what it cannot read (a parameter after
+		// a ';'), which would drop master_name or a password unseen.
+		return nil, fmt.Errorf("-redis %s: its query does not parse: separate parameters with '&' and escape '%%', ';' and '&' in values", shown)
+	}
 	q := u.Query()
+	for _, a := range q["addr"] {
+		if strings.Contains(a, "@") {
+			// go-redis takes none there: it fails quoting the value, or
+			// dials "user@host" as a host name.
+			return nil, fmt.Errorf("-redis %s: an addr parameter holds a user or password: give them once, before the first host", shown)
+		}
+	}
 	rc := &redisConfig{shown: shown, secrets: passwordsOf(u)}
 	switch {
 	case q.Has("master_name"):
@@ -120,8 +132,10 @@ func (rc *redisConfig) client() redis.UniversalClient {
 
 // redact returns raw with everything between "://" and the last '@' (the
 // user and password) replaced by "***", and so the value of every query
-// parameter whose name holds "password" (a Sentinel URL's master password).
-// It works on strings that do not parse as URLs too.
+// parameter whose name holds "password" (a Sentinel URL's master
+// password); a user and password in another value (addr=user:pw@host) are
+// before the last '@'. It works on strings that do not parse as URLs too,
+// and may hide more than the user and password, never less.
 func redact(raw string) string {
 	return redactQuery(redactUser(raw))
 }
@@ -141,18 +155,31 @@ func redactUser(raw string) string {
 	return "***" + rest[at:]
 }
 
+// redactQuery redacts the query of raw, after its first '?': parameters
+// are taken apart at '&' and at ';' (which Go's parser does not take).
 func redactQuery(raw string) string {
 	base, query, ok := strings.Cut(raw, "?")
 	if !ok {
 		return raw
 	}
-	params := strings.Split(query, "&")
-	for i, p := range params {
-		if k, _, ok := strings.Cut(p, "="); ok && secretParam(k) {
-			params[i] = k + "=***"
+	var b strings.Builder
+	b.WriteString(base + "?")
+	for query != "" {
+		p, rest := query, ""
+		if i := strings.IndexAny(query, "&;"); i >= 0 {
+			p, rest = query[:i], query[i:]
 		}
+		if k, _, ok := strings.Cut(p, "="); ok && secretParam(k) {
+			p = k + "=***"
+		}
+		b.WriteString(p)
+		if rest != "" {
+			b.WriteByte(rest[0])
+			rest = rest[1:]
+		}
+		query = rest
 	}
-	return base + "?" + strings.Join(params, "&")
+	return b.String()
 }
 
 // secretParam reports whether a URL query parameter named k holds a secret.
@@ -178,8 +205,10 @@ func scrub(msg, raw string, u *url.URL) string {
 	return msg
 }
 
-// passwordsOf returns u's password and the values of its query parameters
-// that hold passwords, the empty ones left out.
+// passwordsOf returns u's password, the values of its query parameters
+// that hold passwords, and the password in any other value (an
+// addr=user:password@host, which go-redis's error quotes; the user when it
+// has none), the empty ones left out.
 func passwordsOf(u *url.URL) []string {
 	var ps []string
 	if u.User != nil {
@@ -189,6 +218,16 @@ func passwordsOf(u *url.URL) []string {
 	for k, vs := range u.Query() {
 		if secretParam(k) {
 			ps = append(ps, vs...)
+			continue
+		}
+		for _, v := range vs {
+			if at := strings.LastIndexByte(v, '@'); at >= 0 {
+				user, pw, _ := strings.Cut(v[:at], ":")
+				if pw == "" {
+					pw = user // a user alone: a token, most often
+				}
+				ps = append(ps, pw)
+			}
 		}
 	}
 	return slices.DeleteFunc(ps, func(s string) bool { return s == "" })

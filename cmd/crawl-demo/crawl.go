@@ -114,7 +114,11 @@ func crawlFiles(ctx context.Context, cfg *config, thr *throttle.Throttler, in io
 		if sum.inputEnded {
 			rest = "the whole input was read"
 		}
-		fmt.Fprintf(stderr, "crawl-demo: interrupted after reading %d URLs: each has its line, %s\n", sum.urls, rest)
+		urls := "URLs"
+		if sum.urls == 1 {
+			urls = "URL"
+		}
+		fmt.Fprintf(stderr, "crawl-demo: interrupted after reading %d %s: each has its line, %s\n", sum.urls, urls, rest)
 		return 1
 	}
 	if sum.urls != sum.ok {
@@ -198,14 +202,16 @@ type summary struct {
 // with '#' are skipped; any other line gets exactly one line: its result, an
 // error for a line that is not an absolute http(s) URL or is longer than
 // maxLine, or the interrupted error when ctx ends before it is fetched. Once
-// ctx ends it reads no further; a read already in progress is not
-// interrupted, so a stalled stdin holds the crawl until it delivers or ends
-// (a second signal ends the process, see main). A URL's host goes through
-// group before the workers share out (hostQueue): URLs whose hosts group
-// alike count as one host there.
+// ctx ends it reads no further, also when a read is in progress: a stalled
+// stdin (a producer that keeps its pipe open) does not hold the crawl. A
+// URL's host goes through group before the workers share out (hostQueue):
+// URLs whose hosts group alike count as one host there.
 //
-// It returns when every goroutine it started has returned. The error is the
-// first of reading in and writing; a write error also stops the crawl.
+// It returns when every goroutine it started has returned, but for one: a
+// read of in that ctx's end gave up on goes on in a goroutine of its own
+// until in delivers, ends or fails (abandonedRead), which then returns.
+// The error is the first of reading in and writing; a write error also
+// stops the crawl.
 func crawl(ctx context.Context, in io.Reader, workers int, group func(host string) string, get func(context.Context, string) result, write func(result) error) (summary, error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -216,7 +222,9 @@ func crawl(ctx context.Context, in io.Reader, workers int, group func(host strin
 	var stopped bool // reading stopped because ctx ended, before the input's end
 	wg.Go(func() {
 		defer jobs.close()
-		readErr = readLines(in, maxLine, func(line string, tooLong bool) {
+		rd, done := abandonedRead(ctx, in)
+		defer done()
+		readErr = readLines(rd, maxLine, func(line string, tooLong bool) {
 			line = strings.TrimSpace(line)
 			switch {
 			case tooLong:
@@ -236,6 +244,9 @@ func crawl(ctx context.Context, in io.Reader, workers int, group func(host strin
 			stopped = ctx.Err() != nil
 			return !stopped
 		})
+		if errors.Is(readErr, errReadAbandoned) {
+			readErr, stopped = nil, true
+		}
 	})
 	var workersWG sync.WaitGroup
 	for range workers {
@@ -285,6 +296,58 @@ func crawl(ctx context.Context, in io.Reader, workers int, group func(host strin
 		readErr = fmt.Errorf("read URLs: %w", readErr)
 	}
 	return sum, errors.Join(readErr, writeErr)
+}
+
+// errReadAbandoned is what a read returns that ctx's end gave up on.
+var errReadAbandoned = errors.New("read abandoned: the crawl is stopping")
+
+// abandonedRead returns a reader of r whose reads are given up when ctx
+// ends: a Read then returns errReadAbandoned at once. Each Read reads r in
+// a goroutine of its own, and no further ahead: a read of r that was given
+// up on goes on until r delivers, ends or fails (a read cannot be
+// cancelled), and what it reads is dropped. The caller calls done when it
+// reads no more, which ends the goroutine once no read is in progress.
+func abandonedRead(ctx context.Context, r io.Reader) (rd io.Reader, done func()) {
+	a := &abandonable{ctx: ctx, want: make(chan int), got: make(chan chunk, 1)}
+	go func() {
+		var buf []byte
+		for n := range a.want {
+			if cap(buf) < n {
+				buf = make([]byte, n)
+			}
+			k, err := r.Read(buf[:n])
+			a.got <- chunk{buf[:k], err} // buffered: sent even when given up on
+		}
+	}()
+	return a, func() { close(a.want) }
+}
+
+type abandonable struct {
+	ctx  context.Context
+	want chan int   // a Read asks the goroutine for up to this many bytes
+	got  chan chunk // its answer
+}
+
+type chunk struct {
+	b   []byte
+	err error
+}
+
+func (a *abandonable) Read(p []byte) (int, error) {
+	if a.ctx.Err() != nil {
+		return 0, errReadAbandoned
+	}
+	select {
+	case a.want <- len(p):
+	case <-a.ctx.Done(): // the goroutine is still in a read given up on
+		return 0, errReadAbandoned
+	}
+	select {
+	case c := <-a.got:
+		return copy(p, c.b), c.err
+	case <-a.ctx.Done():
+		return 0, errReadAbandoned
+	}
 }
 
 // readLines calls line for every line of r, without its line break, while

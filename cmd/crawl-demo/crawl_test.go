@@ -293,6 +293,40 @@ func TestCrawlInterruptedAfterTheWholeInput(t *testing.T) {
 	require.NotContains(t, stderr.String(), "not read")
 }
 
+// TestCrawlStopsOnAStalledInput: interrupted while its input stays open
+// and silent (a producer piped to -urls - that keeps its end open), the
+// crawl stops at once, not when the producer closes the pipe, with a line
+// for every URL read.
+func TestCrawlStopsOnAStalledInput(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer srv.Close()
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr strings.Builder
+	out := &lockedWriter{w: &stdout}
+	done := make(chan int)
+	go func() { done <- run(ctx, []string{"-urls", "-", "-default", "100/1s"}, pr, out, &stderr) }()
+	_, err := io.WriteString(pw, srv.URL+"/a\n")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		out.mu.Lock()
+		defer out.mu.Unlock()
+		return strings.Contains(stdout.String(), "/a")
+	}, 10*time.Second, 5*time.Millisecond, "the first URL's line")
+	cancel() // the pipe stays open, and nothing more comes
+	select {
+	case code := <-done:
+		require.Equal(t, 1, code, "stderr: %s", stderr.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("the crawl waited for its stalled input")
+	}
+	require.Equal(t, []result{{URL: srv.URL + "/a", Status: 200, Attempts: 1}}, decodeLines(t, stdout.String()))
+	require.Contains(t, stderr.String(), "interrupted after reading 1 URL")
+}
+
 func TestReadLines(t *testing.T) {
 	type line struct {
 		s       string

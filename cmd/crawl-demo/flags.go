@@ -84,7 +84,8 @@ and writes one JSON object per URL per line:
   {"url":"https://example.com/","status":200,"attempts":1,"error":""}
 
 status is 0 when no response came, error is "" on success. Exit status: 0
-when every URL got a response below 400, 1 when some did not (each still has
+when every URL got a response below 400 and no error (a body cut short is
+one, whatever the status), 1 when some did not (each still has
 its line; on SIGINT or SIGTERM the unfetched ones say "interrupted: not
 fetched"), 2 for a bad command line.
 

@@ -186,7 +186,7 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	units = min(units, tg.lim.Limit*(2+int(t.horizon(tg)/tg.lim.Window)))
 	var ctx context.Context
 	timeout := t.storeTimeoutFor(units)
-	if timeout-t.cfg.storeTimeout <= shareDeadlines {
+	if units <= sharedUnits {
 		dl := t.deadlines.get(start, t.cfg.storeTimeout)
 		defer dl.release()
 		ctx = dl.ctx
@@ -200,7 +200,7 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 	}
 	st, err := t.store.Reserve(ctx, tg.name, tg.lim, reqs, grants)
 	if err != nil {
-		return st, time.Time{}, unitsTimedOut(ctx, err, timeout, units, t.cfg.storeTimeout)
+		return st, time.Time{}, unitsTimedOut(ctx, err, timeout, units)
 	}
 	now := t.cfg.now()
 	mid := start.Add(now.Sub(start) / 2)

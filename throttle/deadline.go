@@ -70,8 +70,10 @@ func (s *sharedDeadline) release() {
 	}
 }
 
-// perUnitTimeout is how much longer than the store timeout a store call may
-// take for each unit it books, cancels or restores past the first. A Redis
+// perUnitTimeout is how much longer than the store timeout a store call of
+// more than sharedUnits units may take for each unit it books, cancels or
+// restores past the first (a decision's call of fewer shares a deadline
+// within shareDeadlines of the store timeout). A Redis
 // script run writes or removes one log entry per unit: 1.5-5 µs each to
 // book or cancel on an idle local server, 4-8 µs to restore (BENCHMARKS.md,
 // §4, "Requests of many units"); with the store timeout alone, a request
@@ -99,10 +101,10 @@ func (e *unitsTimeout) Error() string {
 func (e *unitsTimeout) Unwrap() error { return e.err }
 
 // unitsTimedOut returns err, the error of a store call of units units under
-// ctx, which had timeout: as a unitsTimeout when ctx ran out and timeout is
-// longer than the store timeout base, so that the log names it.
-func unitsTimedOut(ctx context.Context, err error, timeout time.Duration, units int, base time.Duration) error {
-	if timeout-base <= shareDeadlines || ctx.Err() == nil {
+// ctx, which had timeout: as a unitsTimeout when ctx ran out and the call
+// had more than sharedUnits units, so that the log names its timeout.
+func unitsTimedOut(ctx context.Context, err error, timeout time.Duration, units int) error {
+	if units <= sharedUnits || ctx.Err() == nil {
 		return err
 	}
 	return &unitsTimeout{timeout: timeout, units: units, err: err}

@@ -142,7 +142,7 @@ func (tg *target) degradedNow(t *Throttler) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := t.store.Restore(ctx, tg.name, tg.lim.Window, entries); err != nil {
-		err = unitsTimedOut(ctx, err, timeout, units, t.cfg.storeTimeout)
+		err = unitsTimedOut(ctx, err, timeout, units)
 		t.storeDown(tg, now, err)
 		return err
 	}

@@ -611,8 +611,9 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 	return c.state, nil
 }
 
-// sharedUnits is the most units a Reserve may carry and still share a
-// script run with other calls: a run writes a log entry per unit.
+// sharedUnits is the most units a store call may carry and still share: a
+// RedisStore's script run with other calls, a Throttler's deadline with
+// other store calls (perUnitTimeout). A run writes a log entry per unit.
 const sharedUnits = 50
 
 // manyUnits reports whether reqs carry more than sharedUnits units.

@@ -134,8 +134,9 @@ func (rc *redisConfig) client() redis.UniversalClient {
 // user and password) replaced by "***", and so the value of every query
 // parameter whose name holds "password" (a Sentinel URL's master
 // password); a user and password in another value (addr=user:pw@host) are
-// before the last '@'. It works on strings that do not parse as URLs too,
-// and may hide more than the user and password, never less.
+// before the last '@', and hidden so. It works on strings that do not
+// parse as URLs too, and may hide more than the user and password, never
+// less.
 func redact(raw string) string {
 	return redactQuery(redactUser(raw))
 }
@@ -205,10 +206,9 @@ func scrub(msg, raw string, u *url.URL) string {
 	return msg
 }
 
-// passwordsOf returns u's password, the values of its query parameters
-// that hold passwords, and the password in any other value (an
-// addr=user:password@host, which go-redis's error quotes; the user when it
-// has none), the empty ones left out.
+// passwordsOf returns u's password and the values of its query parameters
+// that hold passwords, the empty ones left out. (An addr parameter with a
+// user or password stops parseRedisURL before go-redis can quote it.)
 func passwordsOf(u *url.URL) []string {
 	var ps []string
 	if u.User != nil {
@@ -218,16 +218,6 @@ func passwordsOf(u *url.URL) []string {
 	for k, vs := range u.Query() {
 		if secretParam(k) {
 			ps = append(ps, vs...)
-			continue
-		}
-		for _, v := range vs {
-			if at := strings.LastIndexByte(v, '@'); at >= 0 {
-				user, pw, _ := strings.Cut(v[:at], ":")
-				if pw == "" {
-					pw = user // a user alone: a token, most often
-				}
-				ps = append(ps, pw)
-			}
 		}
 	}
 	return slices.DeleteFunc(ps, func(s string) bool { return s == "" })

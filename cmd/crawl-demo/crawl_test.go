@@ -869,6 +869,7 @@ func TestHideErrorPasswords(t *testing.T) {
 		"Get http://sk_Leak1:@h/: EOF":                  "Get http://xxxxx@h/: EOF",        // a token with an empty password
 		"Get http://sk_Leak2:@%zz/: EOF":                "Get http://xxxxx@%zz/: EOF",      // so, in a line that does not parse
 		`"http://h/?next=http%3A%2F%2Fsk_Leak3%3A%40g"`: `"http://h/?next=http%3A%2F%2Fxxxxx%40g"`,
+		`"http://h/?next=http://sk_Leak4:@g/"`:          `"http://h/?next=http://xxxxx@g/"`, // nested
 	} {
 		require.Equal(t, want, hideErrorPasswords(msg), msg)
 	}

@@ -264,7 +264,8 @@ func hideEncodedPasswords(s string) string {
 
 // hideNestedPasswords shows as "xxxxx" the password of every URL after the
 // first in s: each "://" followed by "user:password@" before the next '/',
-// '?', '#' or '&'; the user of one followed by "user@" (a token).
+// '?', '#' or '&'; the user of one followed by "user@" or "user:@" (a
+// token).
 func hideNestedPasswords(s string) string {
 	first := strings.Index(s, "://")
 	if first < 0 || !strings.Contains(s[first+3:], "://") {
@@ -287,9 +288,9 @@ func hideNestedPasswords(s string) string {
 		}
 		auth := rest[:end]
 		at, colon := strings.LastIndexByte(auth, '@'), strings.IndexByte(auth, ':')
-		if colon >= 0 && colon < at {
+		if colon >= 0 && colon+1 < at {
 			auth = auth[:colon+1] + "xxxxx" + auth[at:]
-		} else if at >= 0 { // a user alone
+		} else if at >= 0 { // a user alone, or with an empty password
 			auth = "xxxxx" + auth[at:]
 		}
 		b.WriteString(auth)

@@ -320,9 +320,8 @@ func (r *Reservation) release() {
 	if r.done.Swap(true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), r.t.storeTimeoutFor(r.n))
-	defer cancel()
-	_ = r.t.cancel(ctx, r) // best effort: an orphan entry only makes the log stricter
+	// cancel bounds the store call by its timeout.
+	_ = r.t.cancel(context.Background(), r) // best effort: an orphan entry only makes the log stricter
 }
 
 func (t *Throttler) cancel(ctx context.Context, r *Reservation) error {

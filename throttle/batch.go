@@ -177,13 +177,9 @@ func (t *Throttler) decideLocally(tg *target, batch []*waiter) {
 // the round trip, wrong by at most half of it, which the margin absorbs.
 func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (State, time.Time, error) {
 	start := time.Now() // the deadline's timer runs on the wall clock
-	units := 0
-	for _, r := range reqs {
-		units += r.N
-	}
 	// No more can be booked than the limit for every window up to the
 	// horizon, however many units the waiters ask for.
-	units = min(units, tg.lim.Limit*(2+int(t.horizon(tg)/tg.lim.Window)))
+	units := min(unitsOf(reqs), tg.lim.Limit*(2+int(t.horizon(tg)/tg.lim.Window)))
 	var ctx context.Context
 	timeout := t.storeTimeoutFor(units)
 	if units <= sharedUnits {

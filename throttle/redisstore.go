@@ -579,7 +579,7 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 			}
 		})
 		s.reserve([]*reserveCall{c})
-	case manyUnits(reqs):
+	case unitsOf(reqs) > sharedUnits:
 		// A long run, maybe under a long deadline (a run takes its
 		// callers' latest): alone, it holds up no other target's call.
 		s.reserve([]*reserveCall{c})
@@ -616,15 +616,13 @@ func (s *RedisStore) Reserve(ctx context.Context, target string, lim Limit, reqs
 // other store calls (perUnitTimeout). A run writes a log entry per unit.
 const sharedUnits = 50
 
-// manyUnits reports whether reqs carry more than sharedUnits units.
-func manyUnits(reqs []Request) bool {
+// unitsOf returns the units reqs carry.
+func unitsOf(reqs []Request) int {
 	n := 0
 	for _, r := range reqs {
-		if n += r.N; n > sharedUnits {
-			return true
-		}
+		n += r.N
 	}
-	return false
+	return n
 }
 
 // reserveCall is one Reserve on its way to the script.

@@ -42,6 +42,7 @@ func TestBadCommandLines(t *testing.T) {
 		{"redis with another scheme", crawl("-redis", "ftp://x"), []string{"ftp://x", `scheme "ftp"`}},
 		{"redis without host", crawl("-redis", "redis://"), []string{"redis://", "no host"}},
 		{"redis with bad db", crawl("-redis", "redis://localhost/notadb"), []string{"redis://localhost/notadb", "notadb"}},
+		{"redis with a negative db", crawl("-redis", "redis://localhost/-1"), []string{"redis://localhost/-1", "database -1: want 0 or more"}},
 		{"redis with unknown option", crawl("-redis", "redis://localhost?bogus=1"), []string{"bogus"}},
 		{"unknown flag", crawl("-frobnicate"), []string{"-frobnicate"}},
 		{"negative retries", crawl("-retries", "-1"), []string{"-retries -1"}},

@@ -66,6 +66,10 @@ func parseRedisURL(raw string) (*redisConfig, error) {
 			return nil, fmt.Errorf("-redis %s: an addr parameter holds a user or password: give them once, before the first host", shown)
 		}
 	}
+	if db := strings.Trim(u.Path, "/"); strings.HasPrefix(db, "-") {
+		// go-redis takes it, and selects no database: database 0.
+		return nil, fmt.Errorf("-redis %s: database %s: want 0 or more", shown, db)
+	}
 	rc := &redisConfig{shown: shown, secrets: passwordsOf(u)}
 	switch {
 	case q.Has("master_name"):

@@ -120,17 +120,37 @@ func main() {
 }
 
 // sameFile reports whether the file names a and b (neither "" nor "-",
-// stdout) name one file: the same path, or two paths to one existing file.
+// stdout) name one file: two paths to one existing file, or, for a file
+// not made yet, one path however spelled (relative or absolute, through a
+// symbolic link to its directory, with "." or "..").
 func sameFile(a, b string) bool {
 	if a == "" || b == "" || a == "-" || b == "-" {
 		return false
 	}
-	if filepath.Clean(a) == filepath.Clean(b) {
+	if pathOf(a) == pathOf(b) {
 		return true
 	}
 	fa, errA := os.Stat(a)
 	fb, errB := os.Stat(b)
 	return errA == nil && errB == nil && os.SameFile(fa, fb)
+}
+
+// pathOf returns the absolute path of the file name, its symbolic links
+// followed: the file's own when it exists, else its directory's. Whatever
+// cannot be resolved is left as it is.
+func pathOf(name string) string {
+	p, err := filepath.Abs(name)
+	if err != nil {
+		return filepath.Clean(name)
+	}
+	if real, err := filepath.EvalSymlinks(p); err == nil {
+		return real
+	}
+	dir, file := filepath.Split(p)
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return filepath.Join(real, file)
+	}
+	return p
 }
 
 // defaultAPITimeout is -api-timeout's default: far more than a lookup of

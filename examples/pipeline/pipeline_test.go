@@ -105,6 +105,8 @@ func TestRunErrors(t *testing.T) {
 
 	link := filepath.Join(dir, "link.csv")
 	require.NoError(t, os.Symlink(good, link))
+	dirLink := filepath.Join(t.TempDir(), "dirlink")
+	require.NoError(t, os.Symlink(dir, dirLink))
 
 	ok := config{in: good, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}
 	tests := []struct {
@@ -133,6 +135,19 @@ func TestRunErrors(t *testing.T) {
 		{"output over the input", func(c *config) { c.out = good }, "-out is the -in file"},
 		{"rejects over the input, by a link", func(c *config) { c.rejects = link }, "-rejects is the -in file"},
 		{"rejects over the output", func(c *config) { c.out, c.rejects = filepath.Join(dir, "o.csv"), filepath.Join(dir, "o.csv") }, "-rejects is the -out file"},
+		{"rejects over a new output, by a link to its directory", func(c *config) {
+			c.out, c.rejects = filepath.Join(dir, "new.csv"), filepath.Join(dirLink, "new.csv")
+		}, "-rejects is the -out file"},
+		{"rejects over a new output, by a relative path", func(c *config) {
+			wd, err := os.Getwd()
+			require.NoError(t, err)
+			rel, err := filepath.Rel(wd, filepath.Join(dir, "new2.csv"))
+			require.NoError(t, err)
+			c.out, c.rejects = filepath.Join(dir, "new2.csv"), rel
+		}, "-rejects is the -out file"},
+		{"REDIS_URL without //", func(c *config) { c.redisURL = "redis:hunter2@127.0.0.1:6390/0" }, `REDIS_URL: no "//" after "redis:": want redis://`},
+		{"REDIS_URL without a host", func(c *config) { c.redisURL = "redis://:hunter2@/0" }, `REDIS_URL: no host: want redis://`},
+		{"REDIS_URL with a database below 0", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:6390/-1" }, `REDIS_URL: database -1: want 0 or more`},
 		{"bad REDIS_URL", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:x/0" }, `REDIS_URL: not a URL: a port that is not a number`},
 		{"a bad escape in REDIS_URL's password", func(c *config) { c.redisURL = "redis://:hun%zzter2@127.0.0.1/0" }, `REDIS_URL: not a URL: a '%' not followed by two hexadecimal digits`},
 		{"REDIS_URL without a scheme", func(c *config) { c.redisURL = ":hunter2@127.0.0.1:6390" }, `REDIS_URL: not a URL: no scheme: want redis://, rediss:// or unix://`},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -53,6 +54,9 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin 
 		}
 		return &quota{Throttler: t, where: "embedded store"}, nil
 	}
+	if err := checkRedisURL(redisURL); err != nil {
+		return nil, err
+	}
 	opts, err := redis.ParseURL(redisURL)
 	if err != nil {
 		var ue *url.Error
@@ -83,6 +87,31 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin 
 		return nil, err
 	}
 	return q, nil
+}
+
+// checkRedisURL returns an error for what redis.ParseURL takes without a
+// word but would not reach the server the URL means: a redis:// or
+// rediss:// URL without "//" ("redis:PASSWORD@HOST:PORT/0" has no host to
+// go-redis) or without a host (go-redis dials localhost:6379 instead), and
+// a database below 0 (go-redis then selects none: database 0). Its errors
+// quote nothing of the URL, which holds the password.
+func checkRedisURL(raw string) error {
+	const want = "want redis://[:PASSWORD@]HOST:PORT[/DB]"
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil // redis.ParseURL says why, in words that hide the password
+	case u.Scheme != "redis" && u.Scheme != "rediss":
+		return nil // unix://, or a scheme redis.ParseURL refuses
+	case u.Opaque != "":
+		return fmt.Errorf("REDIS_URL: no \"//\" after %q: %s", u.Scheme+":", want)
+	case u.Host == "":
+		return fmt.Errorf("REDIS_URL: no host: %s", want)
+	}
+	if db := strings.Trim(u.Path, "/"); strings.HasPrefix(db, "-") {
+		return fmt.Errorf("REDIS_URL: database %s: want 0 or more", db)
+	}
+	return nil
 }
 
 // Close releases the throttler, then the Redis store and client if any.

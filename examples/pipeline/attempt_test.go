@@ -20,9 +20,10 @@ import (
 
 // An API that never answers one code, and one that sends the headers of
 // another and then never ends the body: each such call fails at
-// -api-timeout (the first after the transport's retries, the second at
-// once, its answer having come), its record is rejected with a reason
-// that names the flag, and the other records are still written.
+// -api-timeout four times (the first through the transport's retries, the
+// second through lookup's, its answer having come), its record is
+// rejected with a reason that names the flag, and the other records are
+// still written.
 func TestAHungCallIsRejectedAtTheTimeout(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{}) // the hung handlers return by the end of the test
@@ -67,10 +68,46 @@ func TestAHungCallIsRejectedAtTheTimeout(t *testing.T) {
 	for _, want := range []string{
 		"line 3 rejected: GET " + srv.URL + `/v1/countries/XH: no answer within -api-timeout 300ms: transport: attempt 4 to "` + strings.TrimPrefix(srv.URL, "http://") + `": context deadline exceeded`,
 		"line 4 rejected: GET " + srv.URL + "/v1/countries/XB: the answer did not end within -api-timeout 300ms: context deadline exceeded",
-		"pipeline: 4 records: 2 enriched, 2 rejected; 7 API calls, 0 answered 429",
+		"pipeline: 4 records: 2 enriched, 2 rejected; 10 API calls, 0 answered 429",
 	} {
 		require.Contains(t, stderr.String(), want)
 	}
+}
+
+// An answer whose body breaks off (cut short, or past -api-timeout) is
+// asked for again: a record whose first answers break off is enriched by
+// the next whole one.
+func TestABrokenBodyIsAskedForAgain(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/countries/{code}", func(w http.ResponseWriter, r *http.Request) {
+		switch calls.Add(1) {
+		case 1: // cut short: the connection closes before the body it announced
+			w.Header().Set("Content-Length", "100")
+			_, _ = io.WriteString(w, `{"code":`)
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		case 2: // past -api-timeout
+			w.Header().Set("Content-Length", "100")
+			_, _ = io.WriteString(w, `{"code":`)
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+			return
+		}
+		serveCountry(w, r)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	in, records := writeInput(t, 1)
+	out := filepath.Join(t.TempDir(), "out.csv")
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: out, api: srv.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: 300 * time.Millisecond, workers: 1}, io.Discard, &stderr)
+	require.NoError(t, err, stderr.String())
+	requireEnriched(t, records, readCSV(t, out))
+	require.EqualValues(t, 3, calls.Load())
+	require.Contains(t, stderr.String(), "pipeline: 1 records: 1 enriched, 0 rejected; 3 API calls")
 }
 
 // The timeout bounds each attempt from the moment the quota lets it go:

@@ -28,8 +28,11 @@
 // Each attempt of a call has -api-timeout (10s by default) from the moment
 // the quota lets it go to the end of the answer's body; the wait on the
 // quota before it does not count. An attempt that runs out of time is
-// retried like any other timeout, so an API that never answers costs a
-// record at most the transport's 4 attempts of -api-timeout each.
+// retried like any other timeout, and so is one whose answer's body
+// breaks off after its headers (cut short, reset, or past -api-timeout):
+// an API that never answers, or never ends its answers, costs a record at
+// most 4 requests of -api-timeout each, every one of them waiting on the
+// quota.
 //
 // A record it cannot enrich (a line that is not CSV, a wrong number of
 // fields, a country code that is not two letters, or a call that failed
@@ -343,7 +346,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	// until its answer's body is closed; the wait on the quota does not
 	// count, a second wait the transport makes when the connection came
 	// too late for the attempt's slot does. An attempt that runs out is
-	// retried like any other timeout.
+	// retried like any other timeout (its body's too: enricher.lookup).
 	client := &http.Client{Transport: transport.New(&countingTransport{base: base, wrote: &calls}, q.Throttler,
 		transport.WithAttemptTimeout(cfg.timeout),
 		transport.WithLogger(log),

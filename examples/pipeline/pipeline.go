@@ -20,7 +20,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fleetgate/fleetgate/backoff"
 	"github.com/fleetgate/fleetgate/internal/secret"
+	"github.com/fleetgate/fleetgate/transport"
 )
 
 // codeColumn names the input column the API is asked about.
@@ -212,16 +214,54 @@ type enricher struct {
 	client  *http.Client // its transport bounds each attempt by timeout
 	api     string       // the API's base URL, without a trailing slash
 	timeout time.Duration
+	backoff backoff.Exponential // between calls whose body broke off
 }
 
 // lookup asks the API about one country code. Anything but a 200 with a
 // JSON country (an object whose "name" and "region" are not empty, in a
 // body of at most maxBody bytes) is an error naming the request, "GET URL:
 // " and the cause, wrapped; an attempt that ran out of time (e.timeout,
-// after the transport's retries) also names -api-timeout. No error shows
-// the password of e.api: the URL is shown as secret.Redacted does, the
-// password as "xxxxx", and a user without one (a token) too.
+// after the retries) also names -api-timeout. No error shows the password
+// of e.api: the URL is shown as secret.Redacted does, the password as
+// "xxxxx", and a user without one (a token) too.
+//
+// The transport retries an attempt that fails before its answer's headers;
+// lookup retries one whose body breaks off after them (cut short, reset,
+// or past -api-timeout), after a backoff delay, each time through the
+// transport and so the quota, until transport.DefaultAttempts requests
+// have been written to the API for the code, counting the transport's own.
 func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
+	var sent atomic.Int64
+	actx := context.WithValue(ctx, sentKey{}, &sent)
+	var delay time.Duration
+	for retry := 0; ; retry++ {
+		c, err := e.lookupOnce(actx, code)
+		if _, broke := errors.AsType[*brokenBody](err); !broke || sent.Load() >= transport.DefaultAttempts {
+			return c, err
+		}
+		delay = e.backoff.Delay(retry, delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return c, err
+		case <-t.C:
+		}
+	}
+}
+
+// brokenBody is the error of an answer whose body broke off: lookup makes
+// the call again.
+type brokenBody struct{ error }
+
+func (b *brokenBody) Unwrap() error { return b.error }
+
+// sentKey is the context key of a call's count of requests written to the
+// API (an *atomic.Int64), which countingTransport adds to.
+type sentKey struct{}
+
+// lookupOnce makes one call of lookup, through the transport.
+func (e *enricher) lookupOnce(ctx context.Context, code string) (country, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.api+"/v1/countries/"+url.PathEscape(code), nil)
 	if err != nil { // url.Parse's error quotes the URL, password and all
 		return country{}, fmt.Errorf("GET -api/v1/countries/%s: not a URL: %s", url.PathEscape(code), secret.URLError(err, "http:// or https://"))
@@ -255,7 +295,9 @@ func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	switch {
 	case err != nil && e.timedOut(ctx, err):
-		return country{}, fmt.Errorf("GET %s: the answer did not end within -api-timeout %v: %w", u, e.timeout, err)
+		return country{}, &brokenBody{fmt.Errorf("GET %s: the answer did not end within -api-timeout %v: %w", u, e.timeout, err)}
+	case err != nil && ctx.Err() == nil:
+		return country{}, &brokenBody{fmt.Errorf("GET %s: read the answer: %w", u, err)}
 	case err != nil:
 		return country{}, fmt.Errorf("GET %s: read the answer: %w", u, err)
 	case len(body) > maxBody:
@@ -371,9 +413,13 @@ type countingTransport struct {
 
 // RoundTrip sends req through the base transport, counting its writes.
 func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	sent, _ := req.Context().Value(sentKey{}).(*atomic.Int64)
 	trace := &httptrace.ClientTrace{WroteRequest: func(w httptrace.WroteRequestInfo) {
 		if w.Err == nil {
 			t.wrote.Add(1)
+			if sent != nil {
+				sent.Add(1)
+			}
 		}
 	}}
 	return t.base.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -91,4 +92,40 @@ func TestAnAnswerThatIsNotACountryIsRejected(t *testing.T) {
 			require.Contains(t, stderr.String(), want)
 		})
 	}
+}
+
+// An -api URL with a query (an API key, most often) keeps it on every
+// call, after the call's own path, and no message shows its value.
+func TestTheAPIQueryGoesWithEveryCall(t *testing.T) {
+	t.Parallel()
+	var bad atomic.Int32 // calls without the key, or at another path
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /base/v1/countries/{code}", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("api_key") != "APISECRET" {
+			bad.Add(1)
+		}
+		serveCountry(w, r)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		bad.Add(1)
+		http.NotFound(w, r)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	require.NoError(t, os.WriteFile(in, []byte("id,country_code\nR1,DE\nR2,ZZ\nR3,JP\n"), 0o600))
+	out := filepath.Join(dir, "out.csv")
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: out, api: srv.URL + "/base/?api_key=APISECRET", rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
+	require.EqualError(t, err, "1 of 3 records rejected, each reported above", stderr.String())
+	require.Zero(t, bad.Load(), "calls without the key or at another path")
+	require.Equal(t, [][]string{
+		{"id", "country_code", "country_name", "region"},
+		{"R1", "DE", countries["DE"].Name, countries["DE"].Region},
+		{"R3", "JP", countries["JP"].Name, countries["JP"].Region},
+	}, readCSV(t, out))
+	require.Contains(t, stderr.String(), "line 3 rejected: GET "+srv.URL+"/base/v1/countries/ZZ?api_key=xxxxx: 404 Not Found")
+	require.NotContains(t, stderr.String(), "APISECRET")
 }

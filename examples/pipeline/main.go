@@ -188,7 +188,7 @@ func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.
 	fs.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
 	fs.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
 	fs.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, in full, with their line and the reason (default: only reported on stderr)")
-	fs.StringVar(&cfg.api, "api", "", "enrichment API base `URL` (default: start a fake API on loopback)")
+	fs.StringVar(&cfg.api, "api", "", "enrichment API base `URL`: each call's path goes after its path, and its query (an API key, say: never shown) with every call (default: start a fake API on loopback)")
 	fs.StringVar(&cfg.rule, "rule", fmt.Sprintf("%d/%v", fakeAPILimit, fakeAPIWindow), "the API's quota, N/DURATION, shared with every copy using the same REDIS_URL")
 	fs.DurationVar(&cfg.margin, "margin", throttle.DefaultMargin, "guard interval added to the rule's window: more than a call takes to reach the API (at least 20ms)")
 	fs.DurationVar(&cfg.timeout, "api-timeout", defaultAPITimeout, "bound on each attempt of an API call, from sending it to reading the whole answer (not the wait on the quota)")
@@ -314,7 +314,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		defer rej.discard()
 	}
 
-	api := strings.TrimSuffix(cfg.api, "/")
+	api := cfg.api
 	var fake *fakeAPI
 	if api == "" {
 		if fake, err = startAPI(fakeAPILimit, fakeAPIWindow); err != nil {
@@ -357,7 +357,11 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 		}),
 	)}
 
-	records, rejects, err := enrich(ctx, in, &enricher{client: client, api: api, timeout: cfg.timeout}, cfg.workers)
+	apiURL, err := url.Parse(api)
+	if err != nil { // checkAPI took it
+		return errors.New("-api: not a URL")
+	}
+	records, rejects, err := enrich(ctx, in, &enricher{client: client, api: apiURL, timeout: cfg.timeout}, cfg.workers)
 	if err != nil {
 		return err
 	}

@@ -212,7 +212,7 @@ func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 // enricher looks countries up in the API.
 type enricher struct {
 	client  *http.Client // its transport bounds each attempt by timeout
-	api     string       // the API's base URL, without a trailing slash
+	api     *url.URL     // the API's base URL: a call's path goes after its path, its query is kept
 	timeout time.Duration
 	backoff backoff.Exponential // between calls whose body broke off
 }
@@ -222,8 +222,7 @@ type enricher struct {
 // body of at most maxBody bytes) is an error naming the request, "GET URL:
 // " and the cause, wrapped; an attempt that ran out of time (e.timeout,
 // after the retries) also names -api-timeout. No error shows the password
-// of e.api: the URL is shown as secret.Redacted does, the password as
-// "xxxxx", and a user without one (a token) too.
+// of e.api, nor its query's values: the URL is shown as shownURL does.
 //
 // The transport retries an attempt that fails before its answer's headers;
 // lookup retries one whose body breaks off after them (cut short, reset,
@@ -250,6 +249,24 @@ func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	}
 }
 
+// shownURL returns u for a message: its password shown as "xxxxx", as
+// secret.Redacted shows it (a user without one too: a token), and every
+// value of its query too, where an API key most often is.
+func shownURL(u *url.URL) string {
+	if u.RawQuery == "" {
+		return secret.Redacted(u)
+	}
+	c := *u
+	parts := strings.Split(c.RawQuery, "&")
+	for i, p := range parts {
+		if k, _, ok := strings.Cut(p, "="); ok {
+			parts[i] = k + "=xxxxx"
+		}
+	}
+	c.RawQuery = strings.Join(parts, "&")
+	return secret.Redacted(&c)
+}
+
 // brokenBody is the error of an answer whose body broke off: lookup makes
 // the call again.
 type brokenBody struct{ error }
@@ -262,11 +279,14 @@ type sentKey struct{}
 
 // lookupOnce makes one call of lookup, through the transport.
 func (e *enricher) lookupOnce(ctx context.Context, code string) (country, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, e.api+"/v1/countries/"+url.PathEscape(code), nil)
+	call := *e.api
+	call.Path = strings.TrimSuffix(call.Path, "/") + "/v1/countries/" + code // two letters: nothing to escape
+	call.RawPath, call.Fragment, call.RawFragment = "", "", ""
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, call.String(), nil)
 	if err != nil { // url.Parse's error quotes the URL, password and all
-		return country{}, fmt.Errorf("GET -api/v1/countries/%s: not a URL: %s", url.PathEscape(code), secret.URLError(err, "http:// or https://"))
+		return country{}, fmt.Errorf("GET -api/v1/countries/%s: not a URL: %s", code, secret.URLError(err, "http:// or https://"))
 	}
-	u := secret.Redacted(req.URL) // the URL in every error below
+	u := shownURL(req.URL) // the URL in every error below
 	req.Header.Set("Accept", "application/json")
 	resp, err := e.client.Do(req)
 	if err != nil {

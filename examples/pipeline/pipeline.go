@@ -199,10 +199,12 @@ func shorten(s string) string {
 }
 
 // checkCode returns the API's spelling of a country code: two ASCII
-// letters, upper-cased. Anything else is rejected before it costs a call.
+// letters, upper-cased. Anything else is rejected before it costs a call,
+// with a reason that quotes it cut at 200 bytes (the record itself keeps
+// it whole).
 func checkCode(code string) (string, error) {
 	if len(code) != 2 || !isLetter(code[0]) || !isLetter(code[1]) {
-		return "", fmt.Errorf("%s %q: want two letters (ISO 3166-1 alpha-2)", codeColumn, code)
+		return "", fmt.Errorf("%s %q: want two letters (ISO 3166-1 alpha-2)", codeColumn, shorten(code))
 	}
 	return strings.ToUpper(code), nil
 }

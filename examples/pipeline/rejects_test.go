@@ -74,3 +74,12 @@ func TestAFixedRejectsFileRunsAgain(t *testing.T) {
 		{"", "", "", "3", "rejected_text is not empty: put its fields in the columns, then empty it", `R3,Quo"te,FR`},
 	}, readCSV(t, cfg.rejects))
 }
+
+// A reason quotes the field it is about cut at 200 bytes, however long
+// the field: the record keeps it whole in its column.
+func TestAReasonQuotesALongCodeCut(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("X", 2<<20)
+	_, err := checkCode(long)
+	require.EqualError(t, err, `country_code "`+strings.Repeat("X", 200)+`…": want two letters (ISO 3166-1 alpha-2)`)
+}

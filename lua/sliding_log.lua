@@ -134,7 +134,11 @@
 --          Redis may have lost since with every pause the fleet heard of).
 --          It may add ARGV[6], the member of the booking the caller is
 --          about to send on: when the log no longer holds it, Redis lost
---          it, and the target is held as a reserve holds a lost log.
+--          it, and the target is held as a reserve holds a lost log. And
+--          ARGV[7], when the check goes stale (us): a check run later
+--          waited behind a stalled server, long after its caller gave up on
+--          it, and the booking's entry may since have been cut as dead, or
+--          cancelled: the booking is not looked for.
 --          Reply: {now, pause us remaining, 1 when that is the young
 --          store's hold, 2 when the booking was lost, else 0}.
 -- epoch:   KEYS: epoch keys. Makes each missing one, renews each with less
@@ -1016,6 +1020,8 @@ elseif op == 'pause' then
     if hold > left then left, held = hold, 1 end
   end
   local member = window and ARGV[6]
+  local stale = tonumber(ARGV[7])
+  if stale and now > stale then member = nil end -- its caller is gone: see above
   if member and held == 0 then
     -- The caller is about to send on its booking member: is it still in
     -- the log? (Searched from the end, in growing chunks: a booking about

@@ -1381,6 +1381,51 @@ func TestALostBookingIsNotSentOn(t *testing.T) {
 	require.False(t, d.Allowed, "the fleet is held")
 }
 
+// TestAStaleBookingCheckHoldsNothing: a check of a booking that Redis runs
+// long after its caller gave up on it (it waited behind a stalled server)
+// does not look for the booking, whose entry may have been cut or
+// cancelled since: it holds nothing, where it held the target for a
+// horizon and a window, and every process logged a pause no 429 asked
+// for. A check that comes in time still finds a booking gone.
+func TestAStaleBookingCheckHoldsNothing(t *testing.T) {
+	srv := redistest.StartServer(t, "--enable-debug-command", "local")
+	client := srv.Client(t)
+	s, err := NewRedisStore(client, WithKeyPrefix(redistest.KeyPrefix(t)))
+	require.NoError(t, err)
+	ageData(t, client, s)
+	ctx := context.Background()
+	lim := Limit{Limit: 2, Window: time.Second}
+	g := make([]Grant, 1)
+	// book returns a booking of target that its process then gave back:
+	// the log no longer holds it.
+	book := func(target string, id uint64) {
+		_, err := s.Reserve(ctx, target, lim, []Request{{ID: id, N: 1, MaxWait: -1}}, g)
+		require.NoError(t, err)
+		require.True(t, g[0].OK)
+		require.NoError(t, s.Cancel(ctx, target, id, 1))
+	}
+
+	book("timely.example", 1)
+	left, _, lost, err := s.checkBooking(ctx, "timely.example", 1, 1)
+	require.NoError(t, err)
+	require.True(t, lost, "a check in time finds the booking gone")
+	require.Greater(t, left, time.Second)
+
+	book("stale.example", 2)
+	slept := make(chan error, 1)
+	go func() { slept <- srv.Client(t).Do(ctx, "DEBUG", "SLEEP", "0.5").Err() }()
+	time.Sleep(100 * time.Millisecond) // the server sleeps
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Millisecond)
+	_, _, _, err = s.checkBooking(cctx, "stale.example", 2, 1)
+	cancel()
+	require.ErrorIs(t, err, context.DeadlineExceeded, "the check waits behind the sleep")
+	require.NoError(t, <-slept)
+	left, young, err := s.readPause(ctx, "stale.example") // after the check, which was sent first
+	require.NoError(t, err)
+	require.False(t, young)
+	require.Zero(t, left, "the stale check held nothing")
+}
+
 // TestABookingWhoseSlotHasComeIsNotChecked: once a reservation's slot has
 // come, a later decision may cut its entry from the log (a window after
 // it); a caller that asks that late (a starved process) is told the pause

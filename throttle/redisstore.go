@@ -90,6 +90,12 @@ type RedisStore struct {
 	epochArg  any            // the epoch key of a run of many targets (a single node)
 	ahead     atomic.Int64   // the latest Limit.Ahead a Reserve passed, µs: a Restore's for a target with none
 
+	// The latest reading of the server's clock: its time (µs), and when
+	// the reply that told it came (since born, on the monotonic clock).
+	// A booking's check reckons from them when it goes stale.
+	born          time.Time
+	srvNow, srvAt atomic.Int64
+
 	passwords []string // the client's, taken out of every error's text (passwordsOf)
 
 	targets sync.Map // target name -> *redisTarget
@@ -202,7 +208,7 @@ func NewRedisStore(client redis.UniversalClient, opts ...RedisOption) (*RedisSto
 	}
 	var id [6]byte
 	_, _ = rand.Read(id[:])
-	s := &RedisStore{client: client, prefix: DefaultKeyPrefix, proc: hex.EncodeToString(id[:]), liveness: defaultLiveness}
+	s := &RedisStore{client: client, prefix: DefaultKeyPrefix, proc: hex.EncodeToString(id[:]), liveness: defaultLiveness, born: time.Now()}
 	for _, o := range opts {
 		o(s)
 	}
@@ -811,6 +817,7 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		return
 	}
 	now, vals := vals[0], vals[1:]
+	s.sawServerTime(now, sent)
 	for _, c := range calls {
 		c.state = c.rt.decode(now, c.lim, vals[:4+len(c.reqs)], c.grants)
 		vals = vals[4+len(c.reqs):]
@@ -1040,14 +1047,14 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 // booked earlier then does not send on a slot Redis forgot, inside a pause
 // the fleet heard of and Redis forgot with it.
 func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
-	left, _, err := s.pause(ctx, target, d, "")
+	left, _, err := s.pause(ctx, target, d, "", 0)
 	return left, err
 }
 
 // readPause is Pause(ctx, target, 0) that also reports whether what is
 // left is the young store's hold (the Throttler logs it).
 func (s *RedisStore) readPause(ctx context.Context, target string) (time.Duration, bool, error) {
-	left, held, err := s.pause(ctx, target, 0, "")
+	left, held, err := s.pause(ctx, target, 0, "", 0)
 	return left, held == heldYoung, err
 }
 
@@ -1056,13 +1063,44 @@ func (s *RedisStore) readPause(ctx context.Context, target string) (time.Duratio
 // longer holds the booking. Redis lost it (a failover to a replica that
 // lacked it), and another process may have booked its slot since; the
 // store then holds the target as for a lost log, and left is that hold.
+//
+// The check goes stale twice ctx's time left (and 10 ms) after it is
+// sent, on the server's clock as the latest reply told it: a check that
+// Redis runs later (it waited behind a stalled server, long after its
+// caller gave up on it) does not look for the booking, whose entry may
+// since have been cut as dead or cancelled. Without that, such a check
+// held the target for a horizon and a window, and every process logged a
+// pause that no 429 had asked for.
 func (s *RedisStore) checkBooking(ctx context.Context, target string, id uint64, n int) (left time.Duration, young, lost bool, err error) {
 	m := s.member(id)
 	if n > 1 {
 		m += ".1"
 	}
-	left, held, err := s.pause(ctx, target, 0, m)
+	left, held, err := s.pause(ctx, target, 0, m, s.staleAt(ctx))
 	return left, held == heldYoung, held == heldLost, err
+}
+
+// sawServerTime records now, the server's time (µs) in the reply to a
+// call sent at sent: a reading taken at the send, before the server's,
+// puts the server's clock later than it is, and a check's staleness later
+// with it, never earlier.
+func (s *RedisStore) sawServerTime(now int64, sent time.Time) {
+	s.srvNow.Store(now)
+	s.srvAt.Store(int64(sent.Sub(s.born)))
+}
+
+// staleAt returns when, on the server's clock (µs), a check sent now under
+// ctx goes stale (see checkBooking); 0 when it never does: ctx has no
+// deadline, or the server's clock has not been read yet, or is a test's.
+func (s *RedisStore) staleAt(ctx context.Context) int64 {
+	d, ok := ctx.Deadline()
+	at := s.srvAt.Load()
+	if !ok || at == 0 || s.now != nil {
+		return 0
+	}
+	since := time.Since(s.born) - time.Duration(at) // since the reading
+	left := max(time.Until(d), 0)
+	return s.srvNow.Load() + us(since+2*left+10*time.Millisecond)
 }
 
 // What a read of the pause found besides the pause (the script's reply).
@@ -1073,8 +1111,10 @@ const (
 )
 
 // pause sets (d > 0) or reads target's pause; a read may check that the
-// log still holds member ("" for none).
-func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, member string) (time.Duration, int64, error) {
+// log still holds member ("" for none), unless Redis runs the check after
+// staleAt (server µs; 0: never stale).
+func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, member string, staleAt int64) (time.Duration, int64, error) {
+	sent := time.Now()
 	args := []any{s.op("pause"), us(max(d, 0)), us(s.liveness)}
 	rt := s.target(target)
 	a := rt.args.Load()
@@ -1086,12 +1126,16 @@ func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, 
 		args = append(args, us(a.lim.Window), us(a.lim.Ahead))
 		if member != "" {
 			args = append(args, member)
+			if staleAt > 0 {
+				args = append(args, staleAt)
+			}
 		}
 		vals, err = s.runWithEpoch(ctx, target, rt, args)
 	}
 	if err != nil {
 		return 0, heldNone, err
 	}
+	s.sawServerTime(vals[0], sent)
 	held := int64(heldNone)
 	if len(vals) > 2 {
 		held = vals[2]

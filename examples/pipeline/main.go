@@ -14,9 +14,10 @@
 // it at full speed without a single 429. Try -rule 40/1s to see what the
 // quota prevents: the 429s, and the pauses and retries they cost.
 //
-// With REDIS_URL set (redis://[:PASSWORD@]HOST:PORT[/DB]) the quota lives in
-// that Redis server, so several copies of the job share one API limit
-// between them. Run from the repository root:
+// With REDIS_URL set (redis://[:PASSWORD@]HOST:PORT[/DB], rediss:// for
+// TLS, or unix://) the quota lives in that Redis server, so several copies
+// of the job share one API limit between them. It is one server, not a
+// Cluster nor Sentinel (cmd/crawl-demo's -redis takes those). Run from the repository root:
 //
 //	go run ./examples/pipeline -out /tmp/enriched.csv
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/pipeline -out /tmp/a.csv &

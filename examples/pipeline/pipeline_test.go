@@ -75,6 +75,24 @@ func TestCopiesShareTheQuotaThroughRedis(t *testing.T) {
 	requireUnderLimit(t, api, 80)
 }
 
+// A REDIS_URL that names one node of a Redis Cluster stops the job before
+// any API call: through that node alone, the calls for every target whose
+// keys live on another node would fail, and the job would run on its
+// fallback share throughout.
+func TestARedisClusterNodeIsRefused(t *testing.T) {
+	t.Parallel()
+	cluster := redistest.StartCluster(t)
+	api := startTestAPI(t, testLimit, testWindow)
+	in, _ := writeInput(t, 3)
+	var stderr lockedBuffer
+	err := run(t.Context(), config{in: in, out: filepath.Join(t.TempDir(), "out.csv"), api: api.URL, rule: testRule, margin: throttle.DefaultMargin,
+		timeout: defaultAPITimeout, workers: 2, redisURL: "redis://" + cluster.Addrs[0]}, io.Discard, &stderr)
+	require.ErrorContains(t, err, "REDIS_URL: redis "+cluster.Addrs[0]+" db 0 is a node of a Redis Cluster: want a single server")
+	var ce *configError
+	require.ErrorAs(t, err, &ce, "exit status 2")
+	require.Zero(t, api.Site.Stats().Requests, "no API call")
+}
+
 // With no -api and no -out, run starts its own fake API, writes to stdout
 // and reports what the fake API saw.
 func TestRunDefaults(t *testing.T) {

@@ -101,11 +101,12 @@ import (
 
 // config is what the flags and the environment set.
 type config struct {
-	in       string // the input CSV file
-	out      string // the output CSV file; "" or "-" for stdout
-	rejects  string // the CSV file for rejected records; "" for none
-	api      string // the API's base URL; "" starts the fake API
-	rule     string // the quota, N/DURATION (throttle.ParseRule)
+	in       string    // the input CSV file; "-" for stdin
+	stdin    io.Reader // read for -in -
+	out      string    // the output CSV file; "" or "-" for stdout
+	rejects  string    // the CSV file for rejected records; "" for none
+	api      string    // the API's base URL; "" starts the fake API
+	rule     string    // the quota, N/DURATION (throttle.ParseRule)
 	margin   time.Duration
 	timeout  time.Duration // -api-timeout: bound on each attempt of an API call
 	workers  int           // API calls in flight at most
@@ -182,11 +183,11 @@ Flags:
 // cli runs the job with the command line args and REDIS_URL, until it is
 // done or ctx ends, and returns its exit status (see usage).
 func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.Writer) int {
-	cfg := config{redisURL: redisURL}
+	cfg := config{redisURL: redisURL, stdin: os.Stdin}
 	fs := flag.NewFlagSet("pipeline", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported below, the usage for -h only
 	fs.Usage = func() {}
-	fs.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column")
+	fs.StringVar(&cfg.in, "in", "testdata/records.csv", "input CSV `file`, with a country_code column (- for stdin)")
 	fs.StringVar(&cfg.out, "out", "", "output CSV `file` (default stdout)")
 	fs.StringVar(&cfg.rejects, "rejects", "", "CSV `file` for the records that could not be enriched, in full, with their line and the reason (default: only reported on stderr)")
 	fs.StringVar(&cfg.api, "api", "", "enrichment API base `URL`: each call's path goes after its path, and its query (an API key, say: never shown) with every call (default: start a fake API on loopback)")
@@ -296,7 +297,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	if cfg.workers < 1 {
 		return badConfig("-workers %d: want at least 1", cfg.workers)
 	}
-	in, err := readInput(cfg.in)
+	in, err := readInput(cfg.in, cfg.stdin)
 	if err != nil {
 		return badConfig("-in: %w", err)
 	}

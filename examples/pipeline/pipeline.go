@@ -89,8 +89,24 @@ func (r reject) row(width int) []string {
 // rejectColumns, those columns are dropped from it and from every record,
 // except that a record whose rejected_text is not empty (its text never
 // made it into the columns) is rejected again, with that text.
-func readInput(path string) (*input, error) {
-	data, err := os.ReadFile(path)
+//
+// A path of "-" reads stdin (os.Stdin when nil) to its end, named "stdin"
+// in errors.
+func readInput(path string, stdin io.Reader) (*input, error) {
+	var data []byte
+	var err error
+	if path == "-" {
+		path = "stdin"
+		if stdin == nil {
+			stdin = os.Stdin
+		}
+		data, err = io.ReadAll(stdin)
+		if err != nil {
+			err = fmt.Errorf("read stdin: %w", err)
+		}
+	} else {
+		data, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -75,6 +75,23 @@ func TestCopiesShareTheQuotaThroughRedis(t *testing.T) {
 	requireUnderLimit(t, api, 80)
 }
 
+// -in - reads the records from stdin.
+func TestInputFromStdin(t *testing.T) {
+	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
+	in, records := writeInput(t, 3)
+	data, err := os.ReadFile(in)
+	require.NoError(t, err)
+	out := filepath.Join(t.TempDir(), "out.csv")
+	var stderr lockedBuffer
+	err = run(t.Context(), config{in: "-", stdin: bytes.NewReader(data), out: out, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
+	require.NoError(t, err, stderr.String())
+	requireEnriched(t, records, readCSV(t, out))
+
+	err = run(t.Context(), config{in: "-", stdin: strings.NewReader(""), api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
+	require.ErrorContains(t, err, "-in: stdin: empty, want a header line")
+}
+
 // A REDIS_URL that names one node of a Redis Cluster stops the job before
 // any API call: through that node alone, the calls for every target whose
 // keys live on another node would fail, and the job would run on its

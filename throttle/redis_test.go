@@ -1406,7 +1406,10 @@ func TestAStaleBookingCheckHoldsNothing(t *testing.T) {
 	}
 
 	book("timely.example", 1)
-	left, _, lost, err := s.checkBooking(ctx, "timely.example", 1, 1)
+	tctx, cancel := context.WithTimeout(ctx, DefaultStoreTimeout)
+	require.Positive(t, s.staleAt(tctx, s.target("timely.example")), "the check carries when it goes stale")
+	left, _, lost, err := s.checkBooking(tctx, "timely.example", 1, 1)
+	cancel()
 	require.NoError(t, err)
 	require.True(t, lost, "a check in time finds the booking gone")
 	require.Greater(t, left, time.Second)

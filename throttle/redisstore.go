@@ -90,11 +90,7 @@ type RedisStore struct {
 	epochArg  any            // the epoch key of a run of many targets (a single node)
 	ahead     atomic.Int64   // the latest Limit.Ahead a Reserve passed, µs: a Restore's for a target with none
 
-	// The latest reading of the server's clock: its time (µs), and when
-	// the reply that told it came (since born, on the monotonic clock).
-	// A booking's check reckons from them when it goes stale.
-	born          time.Time
-	srvNow, srvAt atomic.Int64
+	born time.Time // the local monotonic clock's origin for redisTarget.clock
 
 	passwords []string // the client's, taken out of every error's text (passwordsOf)
 
@@ -126,6 +122,13 @@ type redisTarget struct {
 	seen atomic.Int64
 	full atomic.Bool // the latest decision found the window full: the script reads the log's tail first
 	args atomic.Pointer[limitArgs]
+	// clock is the server's clock, as the latest reply for the target told
+	// it, less the local monotonic clock (µs since RedisStore.born) at that
+	// reply's send; 0 before any. A target's keys live on one server, so
+	// on a Cluster too it is that server's clock (or, after a failover, its
+	// old master's until the next reply). A booking's check reckons from it
+	// when it goes stale.
+	clock atomic.Int64
 }
 
 // limitArgs are the first numbers of a reserve block for a Limit (limit,
@@ -817,8 +820,8 @@ func (s *RedisStore) reserve(calls []*reserveCall) {
 		return
 	}
 	now, vals := vals[0], vals[1:]
-	s.sawServerTime(now, sent)
 	for _, c := range calls {
+		s.sawServerTime(c.rt, now, sent)
 		c.state = c.rt.decode(now, c.lim, vals[:4+len(c.reqs)], c.grants)
 		vals = vals[4+len(c.reqs):]
 		if c.marking != 0 { // marked: the next mark is due a while from now
@@ -1064,43 +1067,49 @@ func (s *RedisStore) readPause(ctx context.Context, target string) (time.Duratio
 // lacked it), and another process may have booked its slot since; the
 // store then holds the target as for a lost log, and left is that hold.
 //
-// The check goes stale twice ctx's time left (and 10 ms) after it is
-// sent, on the server's clock as the latest reply told it: a check that
-// Redis runs later (it waited behind a stalled server, long after its
-// caller gave up on it) does not look for the booking, whose entry may
-// since have been cut as dead or cancelled. Without that, such a check
-// held the target for a horizon and a window, and every process logged a
-// pause that no 429 had asked for.
+// The check goes stale twice ctx's time left, and staleSlack, after it
+// is sent, on the server's clock as the latest reply for the target told
+// it: a check that Redis runs later (it waited behind a stalled server,
+// long after its caller gave up on it) does not look for the booking,
+// whose entry may since have been cut as dead or cancelled. Without that,
+// such a check held the target for a horizon and a window, and every
+// process logged a pause that no 429 had asked for.
 func (s *RedisStore) checkBooking(ctx context.Context, target string, id uint64, n int) (left time.Duration, young, lost bool, err error) {
 	m := s.member(id)
 	if n > 1 {
 		m += ".1"
 	}
-	left, held, err := s.pause(ctx, target, 0, m, s.staleAt(ctx))
+	rt := s.target(target)
+	left, held, err := s.pause(ctx, target, 0, m, s.staleAt(ctx, rt))
 	return left, held == heldYoung, held == heldLost, err
 }
 
-// sawServerTime records now, the server's time (µs) in the reply to a
-// call sent at sent: a reading taken at the send, before the server's,
-// puts the server's clock later than it is, and a check's staleness later
-// with it, never earlier.
-func (s *RedisStore) sawServerTime(now int64, sent time.Time) {
-	s.srvNow.Store(now)
-	s.srvAt.Store(int64(sent.Sub(s.born)))
+// staleSlack is what a booking's check allows, past its caller's time,
+// for the server's clock to differ from the reading it reckons from: a
+// Cluster master's from its replica's, after a failover between the
+// reading and the check. A check that comes in time must not go stale.
+const staleSlack = 100 * time.Millisecond
+
+// sawServerTime records now, the server's time (µs) in the reply for rt
+// to a call sent at sent. The local time is taken at the send, before
+// the server's: the server's clock reckoned from it is later than it is,
+// and a check's staleness later with it, never earlier.
+func (s *RedisStore) sawServerTime(rt *redisTarget, now int64, sent time.Time) {
+	rt.clock.Store(now - us(sent.Sub(s.born)))
 }
 
-// staleAt returns when, on the server's clock (µs), a check sent now under
-// ctx goes stale (see checkBooking); 0 when it never does: ctx has no
-// deadline, or the server's clock has not been read yet, or is a test's.
-func (s *RedisStore) staleAt(ctx context.Context) int64 {
+// staleAt returns when, on rt's server's clock (µs), a check sent now
+// under ctx goes stale (see checkBooking); 0 when it never does: ctx has
+// no deadline, or no reply for rt has told the server's time yet, or the
+// time is a test's.
+func (s *RedisStore) staleAt(ctx context.Context, rt *redisTarget) int64 {
 	d, ok := ctx.Deadline()
-	at := s.srvAt.Load()
-	if !ok || at == 0 || s.now != nil {
+	clock := rt.clock.Load()
+	if !ok || clock == 0 || s.now != nil {
 		return 0
 	}
-	since := time.Since(s.born) - time.Duration(at) // since the reading
 	left := max(time.Until(d), 0)
-	return s.srvNow.Load() + us(since+2*left+10*time.Millisecond)
+	return clock + us(time.Since(s.born)+2*left+staleSlack)
 }
 
 // What a read of the pause found besides the pause (the script's reply).
@@ -1135,7 +1144,7 @@ func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, 
 	if err != nil {
 		return 0, heldNone, err
 	}
-	s.sawServerTime(vals[0], sent)
+	s.sawServerTime(rt, vals[0], sent)
 	held := int64(heldNone)
 	if len(vals) > 2 {
 		held = vals[2]

@@ -110,6 +110,32 @@ func TestABrokenBodyIsAskedForAgain(t *testing.T) {
 	require.Contains(t, stderr.String(), "pipeline: 1 records: 1 enriched, 0 rejected; 3 API calls")
 }
 
+// A record costs at most 4 requests in all, whether the transport or
+// lookup makes them again: after a body cut short, the transport's own
+// retries of 503s get the attempts left, not 4 more.
+func TestARecordCostsAtMostFourRequests(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 { // cut short
+			w.Header().Set("Content-Length", "100")
+			_, _ = io.WriteString(w, `{"code":`)
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(srv.Close)
+	in, _ := writeInput(t, 1)
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: filepath.Join(t.TempDir(), "out.csv"), api: srv.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: time.Second, workers: 1}, io.Discard, &stderr)
+	require.EqualError(t, err, "1 of 1 records rejected, each reported above", stderr.String())
+	require.EqualValues(t, 4, calls.Load())
+	require.Contains(t, stderr.String(), "503 Service Unavailable")
+}
+
 // The timeout bounds each attempt from the moment the quota lets it go:
 // calls that wait on the quota far longer than -api-timeout still succeed.
 func TestTheQuotaWaitIsNotPartOfTheTimeout(t *testing.T) {

@@ -348,22 +348,27 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) error {
 	// until its answer's body is closed; the wait on the quota does not
 	// count, a second wait the transport makes when the connection came
 	// too late for the attempt's slot does. An attempt that runs out is
-	// retried like any other timeout (its body's too: enricher.lookup).
-	client := &http.Client{Transport: transport.New(&countingTransport{base: base, wrote: &calls}, q.Throttler,
-		transport.WithAttemptTimeout(cfg.timeout),
-		transport.WithLogger(log),
-		transport.OnAttempt(func(a transport.AttemptInfo) {
-			if a.Status == http.StatusTooManyRequests {
-				tooMany.Add(1)
-			}
-		}),
-	)}
+	// retried like any other timeout (its body's too: enricher.lookup,
+	// which picks the client with the attempts a record has left).
+	var clients [transport.DefaultAttempts]*http.Client
+	for i := range clients {
+		clients[i] = &http.Client{Transport: transport.New(&countingTransport{base: base, wrote: &calls}, q.Throttler,
+			transport.WithRetries(i+1),
+			transport.WithAttemptTimeout(cfg.timeout),
+			transport.WithLogger(log),
+			transport.OnAttempt(func(a transport.AttemptInfo) {
+				if a.Status == http.StatusTooManyRequests {
+					tooMany.Add(1)
+				}
+			}),
+		)}
+	}
 
 	apiURL, err := url.Parse(api)
 	if err != nil { // checkAPI took it
 		return errors.New("-api: not a URL")
 	}
-	records, rejects, err := enrich(ctx, in, &enricher{client: client, api: apiURL, timeout: cfg.timeout}, cfg.workers)
+	records, rejects, err := enrich(ctx, in, &enricher{clients: clients, api: apiURL, timeout: cfg.timeout}, cfg.workers)
 	if err != nil {
 		return err
 	}

@@ -229,8 +229,10 @@ func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
 
 // enricher looks countries up in the API.
 type enricher struct {
-	client  *http.Client // its transport bounds each attempt by timeout
-	api     *url.URL     // the API's base URL: a call's path goes after its path, its query is kept
+	// clients[i] makes at most i+1 attempts of a call; their transports
+	// bound each attempt by timeout.
+	clients [transport.DefaultAttempts]*http.Client
+	api     *url.URL // the API's base URL: a call's path goes after its path, its query is kept
 	timeout time.Duration
 	backoff backoff.Exponential // between calls whose body broke off
 }
@@ -245,14 +247,15 @@ type enricher struct {
 // The transport retries an attempt that fails before its answer's headers;
 // lookup retries one whose body breaks off after them (cut short, reset,
 // or past -api-timeout), after a backoff delay, each time through the
-// transport and so the quota, until transport.DefaultAttempts requests
-// have been written to the API for the code, counting the transport's own.
+// transport and so the quota. A code costs at most transport.DefaultAttempts
+// requests written to the API in all: each call goes through the client
+// with the attempts left.
 func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 	var sent atomic.Int64
 	actx := context.WithValue(ctx, sentKey{}, &sent)
 	var delay time.Duration
 	for retry := 0; ; retry++ {
-		c, err := e.lookupOnce(actx, code)
+		c, err := e.lookupOnce(actx, e.clients[max(transport.DefaultAttempts-sent.Load(), 1)-1], code)
 		if _, broke := errors.AsType[*brokenBody](err); !broke || sent.Load() >= transport.DefaultAttempts {
 			return c, err
 		}
@@ -296,7 +299,7 @@ func (b *brokenBody) Unwrap() error { return b.error }
 type sentKey struct{}
 
 // lookupOnce makes one call of lookup, through the transport.
-func (e *enricher) lookupOnce(ctx context.Context, code string) (country, error) {
+func (e *enricher) lookupOnce(ctx context.Context, client *http.Client, code string) (country, error) {
 	call := *e.api
 	call.Path = strings.TrimSuffix(call.Path, "/") + "/v1/countries/" + code // two letters: nothing to escape
 	call.RawPath, call.Fragment, call.RawFragment = "", "", ""
@@ -306,7 +309,7 @@ func (e *enricher) lookupOnce(ctx context.Context, code string) (country, error)
 	}
 	u := shownURL(req.URL) // the URL in every error below
 	req.Header.Set("Accept", "application/json")
-	resp, err := e.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		// A *url.Error, `Get "URL": ...`, its URL with the password as
 		// "***": every error names the URL as the others do.

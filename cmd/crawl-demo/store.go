@@ -50,7 +50,7 @@ func parseRedisURL(raw string) (*redisConfig, error) {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("-redis %s: scheme %q: want redis:// or rediss://", shown, u.Scheme)
 	}
-	if u.Host == "" {
+	if u.Hostname() == "" { // ":6379" too: go-redis would dial localhost
 		return nil, fmt.Errorf("-redis %s: no host", shown)
 	}
 	if _, err := url.ParseQuery(u.RawQuery); err != nil {
@@ -65,10 +65,6 @@ func parseRedisURL(raw string) (*redisConfig, error) {
 			// dials "user@host" as a host name.
 			return nil, fmt.Errorf("-redis %s: an addr parameter holds a user or password: give them once, before the first host", shown)
 		}
-	}
-	if db := strings.Trim(u.Path, "/"); strings.HasPrefix(db, "-") {
-		// go-redis takes it, and selects no database: database 0.
-		return nil, fmt.Errorf("-redis %s: database %s: want 0 or more", shown, db)
 	}
 	rc := &redisConfig{shown: shown, secrets: passwordsOf(u)}
 	switch {
@@ -92,6 +88,18 @@ func parseRedisURL(raw string) (*redisConfig, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("-redis %s: %s", shown, scrub(err.Error(), raw, u))
+	}
+	// go-redis takes a database below 0, in the path or a db parameter,
+	// and selects none: database 0.
+	db := 0
+	switch {
+	case rc.single != nil:
+		db = rc.single.DB
+	case rc.failover != nil:
+		db = rc.failover.DB
+	}
+	if db < 0 {
+		return nil, fmt.Errorf("-redis %s: database %d: want 0 or more", shown, db)
 	}
 	return rc, nil
 }

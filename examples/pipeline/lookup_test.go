@@ -95,13 +95,14 @@ func TestAnAnswerThatIsNotACountryIsRejected(t *testing.T) {
 }
 
 // An -api URL with a query (an API key, most often) keeps it on every
-// call, after the call's own path, and no message shows its value.
+// call, after the call's own path (the base's escapes kept), and no
+// message shows its value.
 func TestTheAPIQueryGoesWithEveryCall(t *testing.T) {
 	t.Parallel()
 	var bad atomic.Int32 // calls without the key, or at another path
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /base/v1/countries/{code}", func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Get("api_key") != "APISECRET" {
+	mux.HandleFunc("GET /base/{tenant}/v1/countries/{code}", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("api_key") != "APISECRET" || r.PathValue("tenant") != "a/b" {
 			bad.Add(1)
 		}
 		serveCountry(w, r)
@@ -118,7 +119,7 @@ func TestTheAPIQueryGoesWithEveryCall(t *testing.T) {
 	out := filepath.Join(dir, "out.csv")
 	var stderr lockedBuffer
 
-	err := run(t.Context(), config{in: in, out: out, api: srv.URL + "/base/?api_key=APISECRET", rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
+	err := run(t.Context(), config{in: in, out: out, api: srv.URL + "/base/a%2Fb/?api_key=APISECRET", rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
 	require.EqualError(t, err, "1 of 3 records rejected, each reported above", stderr.String())
 	require.Zero(t, bad.Load(), "calls without the key or at another path")
 	require.Equal(t, [][]string{
@@ -126,6 +127,6 @@ func TestTheAPIQueryGoesWithEveryCall(t *testing.T) {
 		{"R1", "DE", countries["DE"].Name, countries["DE"].Region},
 		{"R3", "JP", countries["JP"].Name, countries["JP"].Region},
 	}, readCSV(t, out))
-	require.Contains(t, stderr.String(), "line 3 rejected: GET "+srv.URL+"/base/v1/countries/ZZ?api_key=xxxxx: 404 Not Found")
+	require.Contains(t, stderr.String(), "line 3 rejected: GET "+srv.URL+"/base/a%2Fb/v1/countries/ZZ?api_key=xxxxx: 404 Not Found")
 	require.NotContains(t, stderr.String(), "APISECRET")
 }

@@ -141,21 +141,26 @@ func sameFile(a, b string) bool {
 }
 
 // pathOf returns the absolute path of the file name, its symbolic links
-// followed: the file's own when it exists, else its directory's. Whatever
-// cannot be resolved is left as it is.
+// followed: the file's own when it exists, else its directory's. Links
+// are followed before ".." is applied, as the kernel does
+// ("a/link/../f" is f in the link's target's parent). Whatever cannot be
+// resolved is left as it is.
 func pathOf(name string) string {
-	p, err := filepath.Abs(name)
+	real, err := filepath.EvalSymlinks(name)
 	if err != nil {
-		return filepath.Clean(name)
+		dir, file := filepath.Split(name)
+		if dir == "" {
+			dir = "."
+		}
+		if real, err = filepath.EvalSymlinks(dir); err != nil {
+			real = dir
+		}
+		real = filepath.Join(real, file)
 	}
-	if real, err := filepath.EvalSymlinks(p); err == nil {
-		return real
+	if abs, err := filepath.Abs(real); err == nil {
+		return abs
 	}
-	dir, file := filepath.Split(p)
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		return filepath.Join(real, file)
-	}
-	return p
+	return filepath.Clean(real)
 }
 
 // defaultAPITimeout is -api-timeout's default: far more than a lookup of
@@ -225,9 +230,9 @@ func cli(ctx context.Context, args []string, redisURL string, stdout, stderr io.
 }
 
 // checkAPI returns an error unless raw, the -api flag, is an http:// or
-// https:// URL with a host. The error quotes raw with its password, if
-// any, shown as "xxxxx" as secret.Redacted does (a user without a
-// password too: a token); raw that does not parse is not quoted at all
+// https:// URL with a host. The error quotes raw as shownURL does, its
+// password and its query's values as "xxxxx"; raw that does not parse is
+// not quoted at all
 // (url.Parse's error quotes the part that failed, which may be the
 // password), nor is what follows the scheme of a URL with no "//"
 // ("user:password@host" parses as the scheme "user"), nor a URL with no
@@ -242,7 +247,7 @@ func checkAPI(raw string) error {
 	case u.Scheme == "": // "token@host/x" parses as a path
 		return errors.New("-api: no scheme: want an http:// or https:// URL")
 	case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-		return fmt.Errorf("-api %q: want an http:// or https:// URL", secret.Redacted(u))
+		return fmt.Errorf("-api %q: want an http:// or https:// URL", shownURL(u))
 	}
 	return nil
 }

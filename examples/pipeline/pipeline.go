@@ -272,7 +272,8 @@ func (e *enricher) lookup(ctx context.Context, code string) (country, error) {
 
 // shownURL returns u for a message: its password shown as "xxxxx", as
 // secret.Redacted shows it (a user without one too: a token), and every
-// value of its query too, where an API key most often is.
+// value of its query too, where an API key most often is (a part without
+// a '=' is all value: "?KEY").
 func shownURL(u *url.URL) string {
 	if u.RawQuery == "" {
 		return secret.Redacted(u)
@@ -282,6 +283,8 @@ func shownURL(u *url.URL) string {
 	for i, p := range parts {
 		if k, _, ok := strings.Cut(p, "="); ok {
 			parts[i] = k + "=xxxxx"
+		} else if p != "" {
+			parts[i] = "xxxxx"
 		}
 	}
 	c.RawQuery = strings.Join(parts, "&")
@@ -300,9 +303,8 @@ type sentKey struct{}
 
 // lookupOnce makes one call of lookup, through the transport.
 func (e *enricher) lookupOnce(ctx context.Context, client *http.Client, code string) (country, error) {
-	call := *e.api
-	call.Path = strings.TrimSuffix(call.Path, "/") + "/v1/countries/" + code // two letters: nothing to escape
-	call.RawPath, call.Fragment, call.RawFragment = "", "", ""
+	call := e.api.JoinPath("v1", "countries", code) // the base's escapes kept
+	call.Fragment, call.RawFragment = "", ""
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, call.String(), nil)
 	if err != nil { // url.Parse's error quotes the URL, password and all
 		return country{}, fmt.Errorf("GET -api/v1/countries/%s: not a URL: %s", code, secret.URLError(err, "http:// or https://"))

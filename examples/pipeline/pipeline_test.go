@@ -180,6 +180,16 @@ func TestRunErrors(t *testing.T) {
 			require.NoError(t, err)
 			c.out, c.rejects = filepath.Join(dir, "new2.csv"), rel
 		}, "-rejects is the -out file"},
+		{"rejects over a new output, by '..' after a link", func(c *config) {
+			real := filepath.Join(dir, "real")
+			require.NoError(t, os.MkdirAll(filepath.Join(real, "sub"), 0o700))
+			require.NoError(t, os.MkdirAll(filepath.Join(dir, "a"), 0o700))
+			require.NoError(t, os.Symlink(filepath.Join(real, "sub"), filepath.Join(dir, "a", "link")))
+			c.out, c.rejects = filepath.Join(real, "new3.csv"), dir+"/a/link/../new3.csv" // not Join: it would drop "link/.."
+		}, "-rejects is the -out file"},
+		{"bad API URL with a key in its query", func(c *config) { c.api = "ftp://example.com/base?api_key=APISECRET&APISECRET" }, `-api "ftp://example.com/base?api_key=xxxxx&xxxxx": want an http:// or https:// URL`},
+		{"REDIS_URL with a port but no host name", func(c *config) { c.redisURL = "redis://:hunter2@:6390/0" }, `REDIS_URL: no host: want redis://`},
+		{"REDIS_URL with a db parameter below 0", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:6390?db=-1" }, `REDIS_URL: database -1: want 0 or more`},
 		{"REDIS_URL without //", func(c *config) { c.redisURL = "redis:hunter2@127.0.0.1:6390/0" }, `REDIS_URL: no "//" after "redis:": want redis://`},
 		{"REDIS_URL without a host", func(c *config) { c.redisURL = "redis://:hunter2@/0" }, `REDIS_URL: no host: want redis://`},
 		{"REDIS_URL with a database below 0", func(c *config) { c.redisURL = "redis://:hunter2@127.0.0.1:6390/-1" }, `REDIS_URL: database -1: want 0 or more`},

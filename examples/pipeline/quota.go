@@ -65,6 +65,9 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin 
 		}
 		return nil, fmt.Errorf("REDIS_URL: %w", err)
 	}
+	if opts.DB < 0 {
+		return nil, fmt.Errorf("REDIS_URL: database %d: want 0 or more", opts.DB)
+	}
 	opts.ContextTimeoutEnabled = true // so the throttle's store timeout bounds every call
 	if u, err := url.Parse(redisURL); err == nil && !u.Query().Has("max_retries") {
 		// A store call that fails is the failure policy's to decide, at
@@ -98,9 +101,10 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin 
 // checkRedisURL returns an error for what redis.ParseURL takes without a
 // word but would not reach the server the URL means: a redis:// or
 // rediss:// URL without "//" ("redis:PASSWORD@HOST:PORT/0" has no host to
-// go-redis) or without a host (go-redis dials localhost:6379 instead), and
-// a database below 0 (go-redis then selects none: database 0). Its errors
-// quote nothing of the URL, which holds the password.
+// go-redis) or without a host name (go-redis dials localhost instead).
+// Its errors quote nothing of the URL, which holds the password. (A
+// database below 0, in the path or a db parameter, is refused once
+// parsed: go-redis would select none, database 0.)
 func checkRedisURL(raw string) error {
 	const want = "want redis://[:PASSWORD@]HOST:PORT[/DB]"
 	u, err := url.Parse(raw)
@@ -111,11 +115,8 @@ func checkRedisURL(raw string) error {
 		return nil // unix://, or a scheme redis.ParseURL refuses
 	case u.Opaque != "":
 		return fmt.Errorf("REDIS_URL: no \"//\" after %q: %s", u.Scheme+":", want)
-	case u.Host == "":
+	case u.Hostname() == "": // ":6379" too: go-redis dials localhost
 		return fmt.Errorf("REDIS_URL: no host: %s", want)
-	}
-	if db := strings.Trim(u.Path, "/"); strings.HasPrefix(db, "-") {
-		return fmt.Errorf("REDIS_URL: database %s: want 0 or more", db)
 	}
 	return nil
 }

@@ -17,7 +17,8 @@
 // With REDIS_URL set (redis://[:PASSWORD@]HOST:PORT[/DB], rediss:// for
 // TLS, or unix://) the quota lives in that Redis server, so several copies
 // of the job share one API limit between them. It is one server, not a
-// Cluster nor Sentinel (cmd/crawl-demo's -redis takes those). Run from the repository root:
+// Cluster nor Sentinel (cmd/crawl-demo's -redis takes those). Run from the
+// repository root:
 //
 //	go run ./examples/pipeline -out /tmp/enriched.csv
 //	REDIS_URL=redis://127.0.0.1:6379/0 go run ./examples/pipeline -out /tmp/a.csv &

@@ -40,8 +40,9 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 // openQuota returns a quota applying rule to every host: the API is the
 // job's only target. With an empty redisURL the quota lives in this
 // process; otherwise in the single Redis server the URL names (not a node
-// of a Cluster), which must answer as a master. An outage after that start is left to the throttle's failure
-// policy (FailLocal: each copy falls back to its share of the rule).
+// of a Cluster), which must answer as a master. An outage after that
+// start is left to the throttle's failure policy (FailLocal: each copy
+// falls back to its share of the rule).
 func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin time.Duration, log *slog.Logger) (*quota, error) {
 	rules := &throttle.Rules{}
 	if err := rules.Set(throttle.DefaultPattern, rule); err != nil {
@@ -88,6 +89,8 @@ func openQuota(ctx context.Context, redisURL string, rule throttle.Rule, margin 
 	if info, err := q.client.Info(pctx, "cluster").Result(); err == nil && strings.Contains(info, "cluster_enabled:1") {
 		// A plain client reaches only the keys of this node's slots: every
 		// other target's calls would fail, and the job run in fallback.
+		// (A server that refuses INFO is taken for a single one: the
+		// probe found it answering as a master.)
 		q.client.Close()
 		return nil, fmt.Errorf("REDIS_URL: %s is a node of a Redis Cluster: want a single server", q.where)
 	}

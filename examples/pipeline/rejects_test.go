@@ -76,10 +76,22 @@ func TestAFixedRejectsFileRunsAgain(t *testing.T) {
 }
 
 // A reason quotes the field it is about cut at 200 bytes, however long
-// the field: the record keeps it whole in its column.
+// the field: the record keeps it whole in its column of the -rejects
+// file, and stderr's line is the reason's length.
 func TestAReasonQuotesALongCodeCut(t *testing.T) {
 	t.Parallel()
+	api := startTestAPI(t, 100, time.Second)
 	long := strings.Repeat("X", 2<<20)
-	_, err := checkCode(long)
-	require.EqualError(t, err, `country_code "`+strings.Repeat("X", 200)+`…": want two letters (ISO 3166-1 alpha-2)`)
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.csv")
+	require.NoError(t, os.WriteFile(in, []byte("id,country_code\nR1,DE\nR2,"+long+"\n"), 0o600))
+	rej := filepath.Join(dir, "rejects.csv")
+	var stderr lockedBuffer
+
+	err := run(t.Context(), config{in: in, out: filepath.Join(dir, "out.csv"), rejects: rej, api: api.URL, rule: "100/1s", margin: throttle.DefaultMargin, timeout: defaultAPITimeout, workers: 2}, io.Discard, &stderr)
+	require.EqualError(t, err, "1 of 2 records rejected, each reported above", stderr.String())
+	reason := `country_code "` + strings.Repeat("X", 200) + `…": want two letters (ISO 3166-1 alpha-2)`
+	require.Equal(t, []string{"R2", long, "3", reason, ""}, readCSV(t, rej)[1])
+	require.Contains(t, stderr.String(), "pipeline: line 3 rejected: "+reason+"\n")
+	require.Less(t, len(stderr.String()), 2000, "no line quotes the whole code")
 }

@@ -199,6 +199,13 @@ func (t *Throttler) storeReserve(tg *target, reqs []Request, grants []Grant) (St
 		return st, time.Time{}, unitsTimedOut(ctx, err, timeout, units)
 	}
 	now := t.cfg.now()
+	if t.down.Load() && now.Sub(time.Unix(0, t.failedAt.Load())) > t.cfg.probeInterval+t.cfg.storeTimeout {
+		// A target the store never failed for answers, and no store call
+		// has failed for a probe interval (a target the store fails for
+		// tries it at least that often while it is called): the store is
+		// back, though the targets it failed for are not called again.
+		t.storeBack(tg, start)
+	}
 	mid := start.Add(now.Sub(start) / 2)
 	if st.Paused > 0 { // keep the fleet's pause locally too, for a fallback and a lost store
 		if st.Young || st.Lost { // logged below

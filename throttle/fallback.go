@@ -77,6 +77,7 @@ func (tg *target) turnAfter(first time.Time, share Limit) time.Duration {
 // outage, not per target: first_target is the target whose call failed
 // first.
 func (t *Throttler) storeDown(tg *target, now time.Time, cause error) {
+	t.failedAt.Store(now.UnixNano())
 	if t.down.CompareAndSwap(false, true) {
 		// A killed Redis most often shows as a timeout (go-redis redials
 		// and backs off past the store timeout): say which timeout.
@@ -149,18 +150,25 @@ func (tg *target) degradedNow(t *Throttler) error {
 	tg.mu.Lock()
 	tg.degraded = false
 	tg.mu.Unlock()
-	// When the store was found back: stamped after the replay, so that a
-	// target that failed meanwhile tries again at its next call
-	// (degradedNow), and before down is cleared, since forget reads it
-	// once down is clear.
+	// Stamped after the replay, so that a target that failed meanwhile
+	// tries again at its next call.
+	t.storeBack(tg, now)
+	return nil
+}
+
+// storeBack records that the store answered for tg, which it had been
+// found back for (degradedNow) or never failed for (storeReserve, once no
+// call has failed for a while), while the Throttler was in fallback: it stamps when, so that every target the
+// store failed for tries it again at its next call (degradedNow), and
+// before down is cleared, since forget reads it once down is clear; and
+// it logs one line per outage: first_target is the first target back, the
+// others come back at their next calls. since is when the call began.
+func (t *Throttler) storeBack(tg *target, since time.Time) {
 	t.backAt.Store(t.cfg.now().UnixNano())
-	// One line per outage: first_target is the first target back; the
-	// others come back at their next calls.
 	if t.down.CompareAndSwap(true, false) {
 		t.cfg.logger.Info("fleetgate: store is back; deciding by the store again",
-			"first_target", tg.name, "after", now.Sub(time.Unix(0, t.fellBack.Load())).Round(time.Millisecond))
+			"first_target", tg.name, "after", since.Sub(time.Unix(0, t.fellBack.Load())).Round(time.Millisecond))
 	}
-	return nil
 }
 
 // probe checks, on a fresh connection, whether the store answers again,

@@ -33,6 +33,7 @@ type Throttler struct {
 	targets    sync.Map     // target name -> *target
 	down       atomic.Bool  // the store failed, and has not been found back since
 	fellBack   atomic.Int64 // when down was last set (unix ns)
+	failedAt   atomic.Int64 // when a store call last failed (unix ns)
 	backAt     atomic.Int64 // when down was last cleared (unix ns)
 	deadlines  deadlines    // of store calls
 	youngLog   atomic.Int64 // when the young store's hold last logged ends (unix ns)
@@ -680,10 +681,12 @@ func (t *Throttler) target(ctx context.Context, host string) (*target, error) {
 // fallback would wait for the store, and seeds its local log at the horizon
 // whatever tail it knew.
 //
-// A target the store failed for is kept until the store has been back long
-// enough that no process's fallback booking on it is left in a window (its
-// next call would replay them): a probe interval and the grace, for every
-// process to find the store back, and a window.
+// Under FailLocal, a target the store failed for is kept until the store
+// has been back long enough that no process's fallback booking on it is
+// left in a window (its next call would replay them): a probe interval and
+// the grace, for every process to find the store back, and a window.
+// Under FailOpen and FailClosed it has no booking to replay, and goes as
+// any other: a long outage over ever new hosts must not hold them all.
 func (t *Throttler) forget() {
 	t.hosts.Clear()
 	t.hostCount.Store(0)
@@ -693,7 +696,8 @@ func (t *Throttler) forget() {
 	t.targets.Range(func(k, v any) bool {
 		tg := v.(*target)
 		tg.mu.Lock()
-		if tg.calls.idle() && (!tg.degraded || back && now.Sub(backAt) > t.cfg.probeInterval+t.cfg.grace+tg.lim.Window) {
+		replays := tg.degraded && t.cfg.policy == FailLocal
+		if tg.calls.idle() && (!replays || back && now.Sub(backAt) > t.cfg.probeInterval+t.cfg.grace+tg.lim.Window) {
 			t.targets.Delete(k)
 		}
 		tg.mu.Unlock()

@@ -309,6 +309,7 @@ func TestKeyModes(t *testing.T) {
 type flakyStore struct {
 	*MemoryStore
 	fail     atomic.Bool
+	failOnly string // when set, fail fails only this target's calls
 	latency  time.Duration
 	live     int // the live count it reports; 0 means 2
 	place    int // the place it reports (0: none)
@@ -321,7 +322,7 @@ var errFlaky = errors.New("store down")
 func (s *flakyStore) Reserve(ctx context.Context, target string, lim Limit, reqs []Request, grants []Grant) (State, error) {
 	s.reserves.Add(1)
 	time.Sleep(s.latency)
-	if s.fail.Load() {
+	if s.fail.Load() && (s.failOnly == "" || s.failOnly == target) {
 		return State{}, errFlaky
 	}
 	st, err := s.MemoryStore.Reserve(ctx, target, lim, reqs, grants)
@@ -530,11 +531,84 @@ func TestAnOutageEndsWithTheFirstTargetBack(t *testing.T) {
 		require.True(t, ok)
 		tr.forget()
 		_, ok = tr.targets.Load("idle.example")
+		require.False(t, ok, "under FailOpen, no booking to replay: forgotten as any other")
+	})
+}
+
+// TestForgetKeepsALocalFallbackWhileItsBookingsCount: under FailLocal, a
+// target the store failed for and that is not called again holds this
+// process's local bookings, replayed at its next call: it is kept until
+// the store has been back long enough that no process's fallback booking
+// can be left in its window.
+func TestForgetKeepsALocalFallbackWhileItsBookingsCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore()}
+		defer store.Close()
+		rules, err := ParseRules("*=100/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithLogger(slog.New(slog.DiscardHandler)))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+		require.NoError(t, tr.Wait(ctx, "idle.example")) // the store's count: a share
+		require.NoError(t, tr.Wait(ctx, "a.example"))
+		time.Sleep(time.Minute) // joined long enough ago for a share (half the liveness)
+		require.NoError(t, tr.Wait(ctx, "idle.example"))
+		require.NoError(t, tr.Wait(ctx, "a.example"))
+		store.fail.Store(true)
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a share, or it would wait for the store
+		defer cancel()
+		require.NoError(t, tr.Wait(wctx, "idle.example")) // a local booking, never replayed
+		require.NoError(t, tr.Wait(wctx, "a.example"))
+		require.Equal(t, ModeFallback, tr.Mode())
+		time.Sleep(time.Second)
+		store.fail.Store(false)
+		require.NoError(t, tr.Wait(ctx, "a.example"))
+		require.Equal(t, ModeStore, tr.Mode())
+
+		tr.forget()
+		_, ok := tr.targets.Load("idle.example")
 		require.True(t, ok, "kept while a fallback booking may be left in its window")
 		time.Sleep(DefaultProbeInterval + DefaultRecoveryGrace + time.Second + DefaultMargin + time.Millisecond)
 		tr.forget()
 		_, ok = tr.targets.Load("idle.example")
 		require.False(t, ok, "forgotten once none can be")
+	})
+}
+
+// TestATargetNeverFailedForEndsTheOutage: once the store is back, a target
+// it never failed for (a host first seen since) ends the outage, in Mode
+// and in the log, when no store call has failed for a probe interval:
+// targets the store failed for and that are not called again do not keep
+// the Throttler in fallback. While some target still fails, one that
+// answers does not end it.
+func TestATargetNeverFailedForEndsTheOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyStore{MemoryStore: NewMemoryStore()}
+		defer store.Close()
+		var buf strings.Builder
+		logged := lockedWriter{w: &buf}
+		rules, err := ParseRules("*=100/1s")
+		require.NoError(t, err)
+		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen), WithLogger(textLogger(&logged)))
+		require.NoError(t, err)
+		defer tr.Close()
+		ctx := context.Background()
+		store.failOnly = "old.example"
+		store.fail.Store(true)
+		require.NoError(t, tr.Wait(ctx, "old.example")) // never called again once the store is back
+		require.Equal(t, ModeFallback, tr.Mode())
+		require.NoError(t, tr.Wait(ctx, "new1.example"))
+		require.Equal(t, ModeFallback, tr.Mode(), "old.example failed a moment ago")
+
+		time.Sleep(time.Second)
+		store.fail.Store(false)
+		require.NoError(t, tr.Wait(ctx, "new2.example"))
+		require.Equal(t, ModeStore, tr.Mode())
+		require.Equal(t,
+			"level=WARN msg=\"fleetgate: store failed; deciding by the failure policy\" policy=open first_target=old.example error=\"store down\"\n"+
+				"level=INFO msg=\"fleetgate: store is back; deciding by the store again\" first_target=new2.example after=1s\n",
+			buf.String())
 	})
 }
 

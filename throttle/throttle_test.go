@@ -485,23 +485,29 @@ func TestEveryTargetIsBackOnceTheStoreIs(t *testing.T) {
 	})
 }
 
+// openOnFlaky returns a Throttler under FailOpen on a flakyStore, with
+// the rule *=100/1s, logging to the returned buffer as text; both are
+// closed at the end of the test.
+func openOnFlaky(t *testing.T) (*Throttler, *flakyStore, *strings.Builder) {
+	store := &flakyStore{MemoryStore: NewMemoryStore()}
+	t.Cleanup(func() { store.Close() })
+	buf := &strings.Builder{}
+	rules, err := ParseRules("*=100/1s")
+	require.NoError(t, err)
+	tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen), WithLogger(textLogger(&lockedWriter{w: buf})))
+	require.NoError(t, err)
+	t.Cleanup(func() { tr.Close() })
+	return tr, store, buf
+}
+
 // TestAnOutageEndsWithTheFirstTargetBack: a target the store failed for
 // and that is not called again does not keep the Throttler in fallback
 // once the store is back: Mode, and the log, follow the store, and a
-// second outage is logged again. The idle target is forgotten once no
-// fallback booking of any process can be left in its window.
+// second outage is logged again. Under FailOpen the idle target has no
+// booking to replay, and is forgotten as any other.
 func TestAnOutageEndsWithTheFirstTargetBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &flakyStore{MemoryStore: NewMemoryStore()}
-		defer store.Close()
-		var buf strings.Builder
-		logged := lockedWriter{w: &buf}
-		rules, err := ParseRules("*=100/1s")
-		require.NoError(t, err)
-		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen),
-			WithLogger(textLogger(&logged)))
-		require.NoError(t, err)
-		defer tr.Close()
+		tr, store, buf := openOnFlaky(t)
 		ctx := context.Background()
 		store.fail.Store(true)
 		require.NoError(t, tr.Wait(ctx, "a.example"))
@@ -584,15 +590,7 @@ func TestForgetKeepsALocalFallbackWhileItsBookingsCount(t *testing.T) {
 // answers does not end it.
 func TestATargetNeverFailedForEndsTheOutage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		store := &flakyStore{MemoryStore: NewMemoryStore()}
-		defer store.Close()
-		var buf strings.Builder
-		logged := lockedWriter{w: &buf}
-		rules, err := ParseRules("*=100/1s")
-		require.NoError(t, err)
-		tr, err := New(rules, WithStore(store), WithFailurePolicy(FailOpen), WithLogger(textLogger(&logged)))
-		require.NoError(t, err)
-		defer tr.Close()
+		tr, store, buf := openOnFlaky(t)
 		ctx := context.Background()
 		store.failOnly = "old.example"
 		store.fail.Store(true)

@@ -158,11 +158,12 @@ func (tg *target) degradedNow(t *Throttler) error {
 
 // storeBack records that the store answered for tg, which it had been
 // found back for (degradedNow) or never failed for (storeReserve, once no
-// call has failed for a while), while the Throttler was in fallback: it stamps when, so that every target the
-// store failed for tries it again at its next call (degradedNow), and
-// before down is cleared, since forget reads it once down is clear; and
-// it logs one line per outage: first_target is the first target back, the
-// others come back at their next calls. since is when the call began.
+// call has failed for a while), while the Throttler was in fallback. It
+// stamps when, so that every target the store failed for tries it again
+// at its next call (degradedNow), and before down is cleared, since forget
+// reads it once down is clear; and it logs one line per outage:
+// first_target is the first target back, the others come back at their
+// next calls. since is when the call began.
 func (t *Throttler) storeBack(tg *target, since time.Time) {
 	t.backAt.Store(t.cfg.now().UnixNano())
 	if t.down.CompareAndSwap(true, false) {

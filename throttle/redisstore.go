@@ -1050,14 +1050,14 @@ func (s *RedisStore) Cancel(ctx context.Context, target string, id uint64, n int
 // booked earlier then does not send on a slot Redis forgot, inside a pause
 // the fleet heard of and Redis forgot with it.
 func (s *RedisStore) Pause(ctx context.Context, target string, d time.Duration) (time.Duration, error) {
-	left, _, err := s.pause(ctx, target, d, "", 0)
+	left, _, err := s.pause(ctx, target, d, "")
 	return left, err
 }
 
 // readPause is Pause(ctx, target, 0) that also reports whether what is
 // left is the young store's hold (the Throttler logs it).
 func (s *RedisStore) readPause(ctx context.Context, target string) (time.Duration, bool, error) {
-	left, held, err := s.pause(ctx, target, 0, "", 0)
+	left, held, err := s.pause(ctx, target, 0, "")
 	return left, held == heldYoung, err
 }
 
@@ -1079,8 +1079,7 @@ func (s *RedisStore) checkBooking(ctx context.Context, target string, id uint64,
 	if n > 1 {
 		m += ".1"
 	}
-	rt := s.target(target)
-	left, held, err := s.pause(ctx, target, 0, m, s.staleAt(ctx, rt))
+	left, held, err := s.pause(ctx, target, 0, m)
 	return left, held == heldYoung, held == heldLost, err
 }
 
@@ -1120,9 +1119,9 @@ const (
 )
 
 // pause sets (d > 0) or reads target's pause; a read may check that the
-// log still holds member ("" for none), unless Redis runs the check after
-// staleAt (server µs; 0: never stale).
-func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, member string, staleAt int64) (time.Duration, int64, error) {
+// log still holds member ("" for none), unless Redis runs the check once
+// it has gone stale (staleAt).
+func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, member string) (time.Duration, int64, error) {
 	sent := time.Now()
 	args := []any{s.op("pause"), us(max(d, 0)), us(s.liveness)}
 	rt := s.target(target)
@@ -1135,8 +1134,8 @@ func (s *RedisStore) pause(ctx context.Context, target string, d time.Duration, 
 		args = append(args, us(a.lim.Window), us(a.lim.Ahead))
 		if member != "" {
 			args = append(args, member)
-			if staleAt > 0 {
-				args = append(args, staleAt)
+			if stale := s.staleAt(ctx, rt); stale > 0 {
+				args = append(args, stale)
 			}
 		}
 		vals, err = s.runWithEpoch(ctx, target, rt, args)

@@ -1714,6 +1714,55 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 	reserve(false, 450*time.Millisecond, 0) // until the slot at 600 leaves
 }
 
+// TestALongLogIsCutOncePerQuarterWindow: a log too long for meta, whose
+// window is not full, is decided from its length and last entry alone; its
+// dead entries are cut at the first call of each quarter window and
+// counted until then, so that Remaining reads lower than the room there
+// is, never higher, and the log never holds more than a quarter window's
+// dead entries past that.
+func TestALongLogIsCutOncePerQuarterWindow(t *testing.T) {
+	s, client, clock := fakeClockStore(t)
+	ctx := context.Background()
+	lim := Limit{Limit: 100, Window: time.Second} // quarters of 250 ms
+	// The clock starts on a quarter's first microsecond.
+	require.Zero(t, clock.us.Load()%(250*time.Millisecond).Microseconds())
+	reserve := func(n int) State {
+		t.Helper()
+		reqs := make([]Request, n)
+		for i := range reqs {
+			reqs[i] = Request{ID: nextID(), N: 1, MaxWait: 0}
+		}
+		grants := make([]Grant, n)
+		st, err := s.Reserve(ctx, "example.com", lim, reqs, grants)
+		require.NoError(t, err)
+		for i, g := range grants {
+			require.Equal(t, Grant{OK: true}, g, "request %d", i)
+		}
+		return st
+	}
+	logLen := func() int64 {
+		t.Helper()
+		n, err := client.LLen(ctx, s.keys("example.com")[0]).Result()
+		require.NoError(t, err)
+		return n
+	}
+	clock.Advance(100 * time.Millisecond)
+	require.Equal(t, 30, reserve(70).Remaining) // at 100 ms: too many for meta
+	require.EqualValues(t, 70, logLen(), "the log is the list")
+	clock.Advance(950 * time.Millisecond)
+	require.Equal(t, 29, reserve(1).Remaining) // at 1,050 ms
+	clock.Advance(51 * time.Millisecond)
+	// At 1,101 ms the 70 slots at 100 ms are dead, and the log's last
+	// entry, at 1,050 ms, is of this quarter (1,000 to 1,250 ms): they are
+	// counted, not cut.
+	require.Equal(t, 28, reserve(1).Remaining, "70 dead entries counted: 98 in truth")
+	require.EqualValues(t, 72, logLen(), "nothing cut")
+	clock.Advance(150 * time.Millisecond)
+	// At 1,251 ms, the next quarter's first call: the dead are cut.
+	require.Equal(t, 97, reserve(1).Remaining)
+	require.EqualValues(t, 3, logLen(), "the dead cut")
+}
+
 // TestTheLogsTTLIsRenewedWhenShort: a write renews the log's TTL, to three
 // spares past the window, only when the expiry kept in meta falls short of
 // a window and a spare past its last slot, or when the write made the list

@@ -2,6 +2,7 @@ package throttle
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -28,7 +29,7 @@ import (
 func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	client := redistest.StartServer(t).Client(t)
 	ctx := context.Background()
-	allMoves := map[string]int{} // by inline maximum
+	allMoves, allUncut := map[string]int{}, map[string]int{} // by inline maximum
 	for _, lim := range []Limit{
 		{Limit: 3, Window: 100 * time.Millisecond},
 		{Limit: 7, Window: sec},
@@ -54,7 +55,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 				var id uint64
 				rng := rand.New(rand.NewPCG(7, uint64(lim.Limit)))
 				w := lim.Window
-				var longest, cancelled, restored, inline, moves int
+				var longest, cancelled, restored, inline, moves, uncut int
 				wasInline := false
 				for step := range 600 {
 					switch p := rng.IntN(100); {
@@ -107,6 +108,21 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 							states[i].Live, states[i].Place, states[i].Joined = 0, 0, false // each store's own heartbeat
 						}
 						require.Equal(t, grants[0], grants[1], "step %d: grants of %+v", step, reqs)
+						if states[1].Remaining != states[0].Remaining {
+							// A list log counts the entries that expired since
+							// the current quarter window began until it cuts
+							// them: Redis's Remaining is then the memory
+							// store's less those, never more.
+							dead := 0
+							for _, e := range logOf(t, client, rs, target) {
+								if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-w.Microseconds() {
+									dead++
+								}
+							}
+							require.Equal(t, max(0, states[0].Remaining-dead), states[1].Remaining, "step %d: remaining, %d dead entries in the log", step, dead)
+							states[1].Remaining = states[0].Remaining
+							uncut++
+						}
 						require.Equal(t, states[0], states[1], "step %d: state", step)
 						for i, g := range grants[0] {
 							if g.OK {
@@ -127,8 +143,9 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 					require.True(t, slices.IsSortedFunc(es, func(a, b string) int { return strings.Compare(a[:8], b[:8]) }), "step %d: the log is out of slot order", step)
 					longest = max(longest, len(es))
 				}
-				t.Logf("longest log %d entries, %d cancellations, %d restores, %d steps with the log inline, %d moves between meta and the list",
-					longest, cancelled, restored, inline, moves)
+				t.Logf("longest log %d entries, %d cancellations, %d restores, %d steps with the log inline, %d moves between meta and the list, %d decisions counting uncut dead entries",
+					longest, cancelled, restored, inline, moves, uncut)
+				allUncut[inlineMax] += uncut
 				if inlineMax == "0" {
 					require.Zero(t, inline, "no log is kept inline")
 				}
@@ -139,5 +156,6 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 	}
 	for _, inlineMax := range []string{"", "4"} {
 		require.GreaterOrEqual(t, allMoves[inlineMax], 10, "inline %q: logs must move between meta and the list, both ways, again and again", inlineMax)
+		require.Positive(t, allUncut[inlineMax], "inline %q: some decisions must count dead entries left uncut", inlineMax)
 	}
 }

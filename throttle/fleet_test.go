@@ -272,45 +272,56 @@ func steadyRate(slots []time.Time, limit int) (time.Duration, float64) {
 // server's clock: every booking the script granted (its slot, in server
 // time) leaves at most N in any window; the steady rate is at least 95% of
 // N/(W+margin); at most 1.05 store calls per admission; and no key is left
-// once its TTL has passed.
+// once its TTL has passed. It runs with a limit whose log lives in meta and
+// with one whose log is a list.
 func TestFleetProperty(t *testing.T) {
 	srv := redistest.StartServer(t)
-	prefix := redistest.KeyPrefix(t)
-	// The 24 waiters fit within one window's bookings, the default horizon,
-	// so each admission needs one booking; deeper queues pay one more call
-	// for the waiters beyond the horizon (see WithMaxAhead).
-	const (
-		limit  = 30
-		window = 500 * time.Millisecond
-		margin = 50 * time.Millisecond
-	)
-	admin := srv.Client(t)
-	var calls scriptCounter
-	admitted := runFleet(t, srv.Addr, prefix, "*=30/500ms", window, margin, []string{"fleet.example"}, &calls)
+	for _, limit := range []int{30, 150} {
+		t.Run(fmt.Sprintf("%d per 500ms", limit), func(t *testing.T) {
+			prefix := redistest.KeyPrefix(t)
+			// The 24 waiters fit within one window's bookings, the default
+			// horizon, so each admission needs one booking; deeper queues
+			// pay one more call for the waiters beyond the horizon (see
+			// WithMaxAhead).
+			const (
+				window = 500 * time.Millisecond
+				margin = 50 * time.Millisecond
+			)
+			admin := srv.Client(t)
+			var calls scriptCounter
+			admitted := runFleet(t, srv.Addr, prefix, fmt.Sprintf("*=%d/500ms", limit), window, margin, []string{"fleet.example"}, &calls)
 
-	slots := calls.slots("")
-	require.GreaterOrEqual(t, len(slots), int(admitted), "every admission was a booking no cancel released")
-	require.LessOrEqual(t, peak(slots, window+margin), limit, "bookings in one window, on the server's clock")
-	span, steady := steadyRate(slots, limit)
-	ideal := limit / (window + margin).Seconds()
-	perAdmission := float64(calls.n.Load()) / float64(admitted)
-	t.Logf("%d admissions (%d bookings, %d released) in %v: %.1f/s steady, ideal %.1f/s; %d script calls (%.3f per admission)",
-		admitted, len(slots), calls.cancelled, span, steady, ideal, calls.n.Load(), perAdmission)
-	require.GreaterOrEqual(t, steady, 0.95*ideal, "steady-state rate")
-	require.LessOrEqual(t, perAdmission, 1.05, "store calls per admission")
+			slots := calls.slots("")
+			require.GreaterOrEqual(t, len(slots), int(admitted), "every admission was a booking no cancel released")
+			require.LessOrEqual(t, peak(slots, window+margin), limit, "bookings in one window, on the server's clock")
+			span, steady := steadyRate(slots, limit)
+			ideal := float64(limit) / (window + margin).Seconds()
+			perAdmission := float64(calls.n.Load()) / float64(admitted)
+			t.Logf("%d admissions (%d bookings, %d released) in %v: %.1f/s steady, ideal %.1f/s; %d script calls (%.3f per admission)",
+				admitted, len(slots), calls.cancelled, span, steady, ideal, calls.n.Load(), perAdmission)
+			require.GreaterOrEqual(t, steady, 0.95*ideal, "steady-state rate")
+			require.LessOrEqual(t, perAdmission, 1.05, "store calls per admission")
+			if limit > 64 {
+				n, err := admin.LLen(context.Background(), prefix+"{fleet.example}:log").Result()
+				require.NoError(t, err)
+				require.Positive(t, n, "the log is a list")
+			}
 
-	// Every target's key is gone once its TTL has passed: the log after
-	// its last window, the heartbeat after its liveness (2 × 550 ms here).
-	// The store's epoch, one key, lasts a day past its last read.
-	epoch := prefix + "epoch"
-	require.Eventually(t, func() bool {
-		keys, err := admin.Keys(context.Background(), prefix+"*").Result()
-		return err == nil && len(keys) == 1 && keys[0] == epoch
-	}, 3*time.Second, 100*time.Millisecond, "keys left behind")
-	ttl, err := admin.PTTL(context.Background(), epoch).Result()
-	require.NoError(t, err)
-	require.Greater(t, ttl, 23*time.Hour)
-	require.LessOrEqual(t, ttl, 24*time.Hour)
+			// Every target's key is gone once its TTL has passed: the log
+			// after its last window, the heartbeat after its liveness (2 ×
+			// 550 ms here). The store's epoch, one key, lasts a day past
+			// its last read.
+			epoch := prefix + "epoch"
+			require.Eventually(t, func() bool {
+				keys, err := admin.Keys(context.Background(), prefix+"*").Result()
+				return err == nil && len(keys) == 1 && keys[0] == epoch
+			}, 3*time.Second, 100*time.Millisecond, "keys left behind")
+			ttl, err := admin.PTTL(context.Background(), epoch).Result()
+			require.NoError(t, err)
+			require.Greater(t, ttl, 23*time.Hour)
+			require.LessOrEqual(t, ttl, 24*time.Hour)
+		})
+	}
 }
 
 // TestFleetPropertyManyTargets: 3 independent clients × 8 goroutines, each

@@ -112,8 +112,8 @@
 --   (limit-n+1)-th most recent entry. A request whose slot is further away
 --   than its max wait is refused and writes nothing.
 --   Reply: {now, then per target: remaining (never more than the room
---           there is: a list log not read from its head counts the dead
---           entries of the current quarter window; -1: none, for the
+--           there is: a list log not read from its head counts the
+--           entries that expired since its latest cut; -1: none, for the
 --           young store's hold; -2: none, the log or its latest entries
 --           were lost, noticed by this call), reset us (until the log is
 --           empty), live processes (plus, when this call marked the
@@ -535,9 +535,12 @@ if op == 'reserve' then
       -- different quarters; until then len counts them too, which changes
       -- no slot (a dead entry's bound is past) and makes remaining no
       -- larger. A hot log then pays no head read (four strings, the
-      -- largest of its reads) at most calls: 12% fewer server
+      -- largest of its reads) at most calls: 15% fewer server
       -- instructions a decision (BENCHMARKS.md). Dead entries build up
-      -- for a quarter window at most, fewer than the limit.
+      -- for about a quarter window; longer only when a booking ahead
+      -- carries the last entry into the next quarter before any call
+      -- there, and never past the limit: once they fill it with the
+      -- live ones, remaining is 0 and the full paths read past them.
       total = pcall('LLEN', log)
       if type(total) ~= 'number' then
         total = nil -- not a list: the head read upgrades it

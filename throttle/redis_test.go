@@ -1718,49 +1718,69 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 // window is not full, is decided from its length and last entry alone; its
 // dead entries are cut at the first call of each quarter window and
 // counted until then, so that Remaining reads lower than the room there
-// is, never higher, and the log never holds more than a quarter window's
-// dead entries past that.
+// is, never higher. Dead entries never build up past the limit: once they
+// fill it with the live ones, the next call reads past them and cuts them.
 func TestALongLogIsCutOncePerQuarterWindow(t *testing.T) {
 	s, client, clock := fakeClockStore(t)
 	ctx := context.Background()
 	lim := Limit{Limit: 100, Window: time.Second} // quarters of 250 ms
 	// The clock starts on a quarter's first microsecond.
 	require.Zero(t, clock.us.Load()%(250*time.Millisecond).Microseconds())
-	reserve := func(n int) State {
+	start := clock.us.Load()
+	at := func(ms int64) {
+		t.Helper()
+		now := start + ms*1000
+		require.GreaterOrEqual(t, now, clock.us.Load())
+		clock.us.Store(now)
+	}
+	reserve := func(target string, n int) int {
 		t.Helper()
 		reqs := make([]Request, n)
 		for i := range reqs {
 			reqs[i] = Request{ID: nextID(), N: 1, MaxWait: 0}
 		}
 		grants := make([]Grant, n)
-		st, err := s.Reserve(ctx, "example.com", lim, reqs, grants)
+		st, err := s.Reserve(ctx, target, lim, reqs, grants)
 		require.NoError(t, err)
 		for i, g := range grants {
 			require.Equal(t, Grant{OK: true}, g, "request %d", i)
 		}
-		return st
+		return st.Remaining
 	}
-	logLen := func() int64 {
+	logLen := func(target string) int64 {
 		t.Helper()
-		n, err := client.LLen(ctx, s.keys("example.com")[0]).Result()
+		n, err := client.LLen(ctx, s.keys(target)[0]).Result()
 		require.NoError(t, err)
 		return n
 	}
-	clock.Advance(100 * time.Millisecond)
-	require.Equal(t, 30, reserve(70).Remaining) // at 100 ms: too many for meta
-	require.EqualValues(t, 70, logLen(), "the log is the list")
-	clock.Advance(950 * time.Millisecond)
-	require.Equal(t, 29, reserve(1).Remaining) // at 1,050 ms
-	clock.Advance(51 * time.Millisecond)
+
+	at(100)
+	require.Equal(t, 30, reserve("a.example", 70)) // too many for meta
+	require.EqualValues(t, 70, logLen("a.example"), "the log is the list")
+	at(1050)
+	require.Equal(t, 29, reserve("a.example", 1))
 	// At 1,101 ms the 70 slots at 100 ms are dead, and the log's last
 	// entry, at 1,050 ms, is of this quarter (1,000 to 1,250 ms): they are
 	// counted, not cut.
-	require.Equal(t, 28, reserve(1).Remaining, "70 dead entries counted: 98 in truth")
-	require.EqualValues(t, 72, logLen(), "nothing cut")
-	clock.Advance(150 * time.Millisecond)
+	at(1101)
+	require.Equal(t, 28, reserve("a.example", 1), "70 dead entries counted: 98 in truth")
+	require.EqualValues(t, 72, logLen("a.example"), "nothing cut")
 	// At 1,251 ms, the next quarter's first call: the dead are cut.
-	require.Equal(t, 97, reserve(1).Remaining)
-	require.EqualValues(t, 3, logLen(), "the dead cut")
+	at(1251)
+	require.Equal(t, 97, reserve("a.example", 1))
+	require.EqualValues(t, 3, logLen("a.example"), "the dead cut")
+
+	at(1300)
+	require.Equal(t, 10, reserve("b.example", 90))
+	at(2260)
+	require.Equal(t, 9, reserve("b.example", 1))
+	at(2301) // the 90 at 1,300 ms are dead, counted
+	require.Equal(t, 8, reserve("b.example", 1), "90 dead entries counted: 98 in truth")
+	require.Zero(t, reserve("b.example", 8), "the dead fill the limit with the live ones")
+	require.EqualValues(t, 100, logLen("b.example"), "nothing cut")
+	at(2302) // still the same quarter: the full window is read past the dead
+	require.Equal(t, 89, reserve("b.example", 1))
+	require.EqualValues(t, 11, logLen("b.example"), "the dead cut")
 }
 
 // TestTheLogsTTLIsRenewedWhenShort: a write renews the log's TTL, to three

@@ -110,9 +110,9 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 						require.Equal(t, grants[0], grants[1], "step %d: grants of %+v", step, reqs)
 						if states[1].Remaining != states[0].Remaining {
 							// A list log counts the entries that expired since
-							// the current quarter window began until it cuts
-							// them: Redis's Remaining is then the memory
-							// store's less those, never more.
+							// its latest cut (about once a quarter window):
+							// Redis's Remaining is then the memory store's
+							// less those, never more.
 							dead := 0
 							for _, e := range logOf(t, client, rs, target) {
 								if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-w.Microseconds() {

@@ -527,7 +527,7 @@ if op == 'reserve' then
     elseif full == 2 then
       tailEntry = pcall('LINDEX', log, fmt('%d', -limit))
       if type(tailEntry) ~= 'string' then tailEntry = nil end -- false (too short, or no log) or an error (not a list)
-    elseif INLINE_MAX > 0 then
+    elseif full == 0 and INLINE_MAX > 0 then
       -- full 0, a list log: one that outgrew meta, so long that its
       -- length and last entry, read first, decide most calls. Its dead
       -- entries are cut (the head read below) only at the first call of

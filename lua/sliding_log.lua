@@ -27,7 +27,10 @@
 --          (us, 0 for unknown), when meta's own TTL ends (us, 0 for
 --          unknown), and the number of inline entries (-1: the log is the
 --          list); then the inline log: the entries' slots (8 bytes each, in
---          slot order), then their members, each after its length (1 byte).
+--          slot order), then their members, each after its length (1 byte);
+--          or, when the log is the list, perhaps one more number: when
+--          its dead entries were last cut (us; a writer that leaves it out
+--          makes the next reserve cut).
 --          A log of up to INLINE_MAX entries is kept inline, where a
 --          decision reads and writes it with the meta read it makes anyway
 --          (GET, SET): a third of the list's server time for a log of a
@@ -505,6 +508,10 @@ if op == 'reserve' then
     --   bounds are looked up from the end (BENCHMARKS.md).
     local tailEntry -- the limit-th entry from the end, when a tail path read it
     local tail -- the last entry's slot, when read first
+    -- cut: when a list log's dead entries were last cut, as meta is to
+    -- keep it (nil: meta keeps none); recut: this call cuts them and
+    -- writes that to meta.
+    local cut, recut
     -- An inline log: live entry i's slot is at ibase + 8i in m; islot is
     -- entry 0's, read once (a full window's bound when it holds limit
     -- entries).
@@ -530,17 +537,17 @@ if op == 'reserve' then
     elseif full == 0 and INLINE_MAX > 0 then
       -- full 0, a list log: one that outgrew meta, so long that its
       -- length and last entry, read first, decide most calls. Its dead
-      -- entries are cut (the head read below) only at the first call of
-      -- each quarter window, the one whose now and last entry fall in
-      -- different quarters; until then len counts them too, which changes
-      -- no slot (a dead entry's bound is past) and makes remaining no
-      -- larger. A hot log then pays no head read (four strings, the
-      -- largest of its reads) at most calls: 15% fewer server
-      -- instructions a decision (BENCHMARKS.md). Dead entries build up
-      -- for about a quarter window; longer only when a booking ahead
-      -- carries the last entry into the next quarter before any call
-      -- there, and never past the limit: once they fill it with the
-      -- live ones, remaining is 0 and the full paths read past them.
+      -- entries are cut (the head read below) at most once a quarter
+      -- window: meta keeps when the latest cut was (cut, after its six
+      -- numbers), and the first call a quarter window after it cuts
+      -- again and writes its own time there. Until then len counts the
+      -- dead too, which changes no slot (a dead entry's bound is past)
+      -- and makes remaining lower, never higher: by the entries that
+      -- expired since the cut, those booked within a quarter window at
+      -- most. A hot log then pays no head read (four strings, the largest
+      -- of its reads) at most calls, and one write of meta a quarter
+      -- window: 13% fewer server instructions a decision (BENCHMARKS.md).
+      -- Without meta (a log of an earlier release's) every call cuts.
       total = pcall('LLEN', log)
       if type(total) ~= 'number' then
         total = nil -- not a list: the head read upgrades it
@@ -548,10 +555,15 @@ if op == 'reserve' then
         head = false -- no log: nothing to read
       elseif total >= HEAD then
         tail = sunpack('>i8', call('LINDEX', log, '-1'))
-        local q = floor(window / 4)
-        if q < 1 then q = 1 end
-        if tail > cutoff and tail <= TEXT and floor(tail / q) == floor(now / q) then
-          len, last, head = total, tail, false
+        if m and tail > cutoff and tail <= TEXT then
+          local c, q = -1, floor(window / 4)
+          if #m >= 56 and byte(m) == 0 then c = sunpack('>i8', m, 49) end
+          if c >= 0 and c <= now and now - c < q then
+            len, last, head, cut = total, tail, false, c
+            cached, cachedSlot = total - 1, tail -- a bound of the last entry needs no read
+          else
+            cut, recut = now, true -- this call cuts, and says so in meta
+          end
         end
       end
     elseif full ~= 0 then
@@ -899,14 +911,20 @@ if op == 'reserve' then
     elseif beat then
       H = H or helpers(INLINE_MAX == 0)
       local inline = ''
-      if ni >= 0 then inline = sub(m, 49) end
+      if ni >= 0 then
+        inline = sub(m, 49)
+      elseif cut then
+        inline = spack('>i8', cut)
+      end
       local v = H.write_meta(metakey, now, pause, live, cancelled, expires, liveness, mexp, ni, inline)
       if written then written[metakey] = v end
-    elseif renewed or moved then
+    elseif renewed or moved or recut then
       -- Keep meta's TTL; a meta made here lasts as long as the log.
-      local keep = false
+      H = H or helpers(INLINE_MAX == 0)
+      local keep, after = false, ''
       if not m then keep = expires - now end
-      local v = H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp, ni, '')
+      if cut and not moved then after = spack('>i8', cut) end
+      local v = H.write_meta(metakey, now, pause, live, cancelled, expires, keep, mexp, ni, after)
       if written then written[metakey] = v end
     end
     if place then live = live + place * 16777216 end

@@ -933,6 +933,43 @@ func TestRedisStoreUpgradesADecimalLog(t *testing.T) {
 	require.Equal(t, []string{logEntry(now-100_000, "p.1"), logEntry(now, s.member(12))}, es)
 }
 
+// TestAnEarlierReleasesLongLogIsUpgradedWhenReadFromItsEnd: a log an
+// earlier fleetgate left, a list of decimal slots or a sorted set, long
+// enough that a reserve reads its length and last entry first, is
+// upgraded and decided as the list it becomes.
+func TestAnEarlierReleasesLongLogIsUpgradedWhenReadFromItsEnd(t *testing.T) {
+	const now = int64(1_800_000_000_000_000)
+	s, client := fixedClockStore(t, now)
+	ctx := context.Background()
+	lim := Limit{Limit: 7, Window: time.Second}
+	k := s.keys("decimal.example")
+	for i := range 6 {
+		require.NoError(t, client.RPush(ctx, k[0], fmt.Sprintf("%016d", now-int64(6-i)*1000)+fmt.Sprintf("p.%d", i)).Err())
+	}
+	g := make([]Grant, 1)
+	st, err := s.Reserve(ctx, "decimal.example", lim, []Request{{ID: 1, N: 1, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.Equal(t, Grant{OK: true}, g[0])
+	require.Equal(t, 0, st.Remaining)
+	es, err := client.LRange(ctx, k[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, es, 7)
+	require.Equal(t, logEntry(now-6000, "p.0"), es[0])
+
+	z := s.keys("zset.example")
+	for i := range 6 {
+		require.NoError(t, client.ZAdd(ctx, z[0], redis.Z{Score: float64(now - int64(6-i)*1000), Member: fmt.Sprintf("p.%d", i)}).Err())
+	}
+	st, err = s.Reserve(ctx, "zset.example", lim, []Request{{ID: 2, N: 1, MaxWait: -1}}, g)
+	require.NoError(t, err)
+	require.Equal(t, Grant{OK: true}, g[0])
+	require.Equal(t, 0, st.Remaining)
+	es, err = client.LRange(ctx, z[0], 0, -1).Result()
+	require.NoError(t, err)
+	require.Len(t, es, 7)
+	require.Equal(t, logEntry(now-6000, "p.0"), es[0])
+}
+
 // TestReserveRejectsBadNumbers: a reserve whose block of numbers is too
 // short, does not match its count of requests, holds an impossible limit,
 // horizon, liveness or process id, lacks a request's member or carries one
@@ -1622,6 +1659,7 @@ func logEntry(slot int64, member string) string {
 type targetMeta struct {
 	pause, live, cancelled, expires, metaExpires, inline int64
 	entries                                              []string
+	cut                                                  int64 // a list log's latest cut of its dead entries (µs); -1 when meta keeps none
 }
 
 // readMeta reads the meta key of s's target; a missing key, or one in the
@@ -1630,15 +1668,19 @@ func readMeta(t *testing.T, client redis.UniversalClient, s *RedisStore, target 
 	t.Helper()
 	v, err := client.Get(context.Background(), s.keys(target)[1]).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return targetMeta{inline: -1}
+		return targetMeta{inline: -1, cut: -1}
 	}
 	require.NoError(t, err)
 	n := func(i int) int64 { return int64(binary.BigEndian.Uint64(v[8*i:])) }
 	if len(v) == 32 { // the form of releases before inline logs (WithListLogs)
-		return targetMeta{n(0), n(1), n(2), n(3), 0, -1, nil}
+		return targetMeta{n(0), n(1), n(2), n(3), 0, -1, nil, -1}
 	}
 	require.GreaterOrEqual(t, len(v), 48, "meta %q", v)
-	m := targetMeta{n(0), n(1), n(2), n(3), n(4), n(5), nil}
+	m := targetMeta{n(0), n(1), n(2), n(3), n(4), n(5), nil, -1}
+	if m.inline < 0 && len(v) == 56 {
+		m.cut = n(6)
+		return m
+	}
 	pos := 48 + 8*int(max(m.inline, 0))
 	for i := range m.inline {
 		ml := int(v[pos])
@@ -1715,17 +1757,20 @@ func TestAFullWindowIsReadFromTheTail(t *testing.T) {
 }
 
 // TestALongLogIsCutOncePerQuarterWindow: a log too long for meta, whose
-// window is not full, is decided from its length and last entry alone; its
-// dead entries are cut at the first call of each quarter window and
-// counted until then, so that Remaining reads lower than the room there
-// is, never higher. Dead entries never build up past the limit: once they
-// fill it with the live ones, the next call reads past them and cuts them.
+// window is not full, is decided from its length and last entry alone. Its
+// dead entries are cut at the first call a quarter window after the latest
+// cut, whichever process makes it (meta keeps when that was), and counted
+// until then, so that Remaining reads lower than the room there is, never
+// higher, by no more than the entries booked within a quarter window. A
+// caller pacing itself at a gap, whose bookings carry the log's last entry
+// into each quarter ahead of its calls, is cut as often.
 func TestALongLogIsCutOncePerQuarterWindow(t *testing.T) {
 	s, client, clock := fakeClockStore(t)
+	other, err := NewRedisStore(client, WithKeyPrefix(s.prefix)) // a second process
+	require.NoError(t, err)
+	other.now = s.now
 	ctx := context.Background()
 	lim := Limit{Limit: 100, Window: time.Second} // quarters of 250 ms
-	// The clock starts on a quarter's first microsecond.
-	require.Zero(t, clock.us.Load()%(250*time.Millisecond).Microseconds())
 	start := clock.us.Load()
 	at := func(ms int64) {
 		t.Helper()
@@ -1733,7 +1778,7 @@ func TestALongLogIsCutOncePerQuarterWindow(t *testing.T) {
 		require.GreaterOrEqual(t, now, clock.us.Load())
 		clock.us.Store(now)
 	}
-	reserve := func(target string, n int) int {
+	reserve := func(s *RedisStore, target string, n int) int {
 		t.Helper()
 		reqs := make([]Request, n)
 		for i := range reqs {
@@ -1755,32 +1800,52 @@ func TestALongLogIsCutOncePerQuarterWindow(t *testing.T) {
 	}
 
 	at(100)
-	require.Equal(t, 30, reserve("a.example", 70)) // too many for meta
+	require.Equal(t, 30, reserve(s, "a.example", 70)) // too many for meta
 	require.EqualValues(t, 70, logLen("a.example"), "the log is the list")
+	require.EqualValues(t, -1, readMeta(t, client, s, "a.example").cut, "no cut yet")
 	at(1050)
-	require.Equal(t, 29, reserve("a.example", 1))
-	// At 1,101 ms the 70 slots at 100 ms are dead, and the log's last
-	// entry, at 1,050 ms, is of this quarter (1,000 to 1,250 ms): they are
-	// counted, not cut.
+	require.Equal(t, 29, reserve(s, "a.example", 1)) // the first cut (nothing dead)
+	require.Equal(t, start+1_050_000, readMeta(t, client, s, "a.example").cut)
+	// At 1,101 and 1,299 ms the 70 slots at 100 ms are dead, and the
+	// latest cut was less than a quarter window ago: they are counted, by
+	// either process, not cut.
 	at(1101)
-	require.Equal(t, 28, reserve("a.example", 1), "70 dead entries counted: 98 in truth")
-	require.EqualValues(t, 72, logLen("a.example"), "nothing cut")
-	// At 1,251 ms, the next quarter's first call: the dead are cut.
-	at(1251)
-	require.Equal(t, 97, reserve("a.example", 1))
-	require.EqualValues(t, 3, logLen("a.example"), "the dead cut")
-
+	require.Equal(t, 28, reserve(other, "a.example", 1), "70 dead entries counted: 98 in truth")
+	at(1299)
+	require.Equal(t, 27, reserve(s, "a.example", 1), "70 dead entries counted: 97 in truth")
+	require.EqualValues(t, 73, logLen("a.example"), "nothing cut")
+	// At 1,300 ms, a quarter window after the cut, the other process cuts.
 	at(1300)
-	require.Equal(t, 10, reserve("b.example", 90))
-	at(2260)
-	require.Equal(t, 9, reserve("b.example", 1))
-	at(2301) // the 90 at 1,300 ms are dead, counted
-	require.Equal(t, 8, reserve("b.example", 1), "90 dead entries counted: 98 in truth")
-	require.Zero(t, reserve("b.example", 8), "the dead fill the limit with the live ones")
-	require.EqualValues(t, 100, logLen("b.example"), "nothing cut")
-	at(2302) // still the same quarter: the full window is read past the dead
-	require.Equal(t, 89, reserve("b.example", 1))
-	require.EqualValues(t, 11, logLen("b.example"), "the dead cut")
+	require.Equal(t, 96, reserve(other, "a.example", 1))
+	require.EqualValues(t, 4, logLen("a.example"), "the dead cut")
+	require.Equal(t, start+1_300_000, readMeta(t, client, s, "a.example").cut)
+
+	// One caller paced at a gap of 10 ms, each call at its previous
+	// booking's slot, for three windows: at most 26 dead entries counted
+	// (a quarter window's bookings and one), and Remaining short by as
+	// many at most.
+	paced := Limit{Limit: 200, Window: time.Second, Gap: 10 * time.Millisecond}
+	mostDead := 0
+	for i := range 300 {
+		grants := make([]Grant, 1)
+		st, err := s.Reserve(ctx, "b.example", paced, []Request{{ID: nextID(), N: 1, MaxWait: -1}}, grants)
+		require.NoError(t, err)
+		require.True(t, grants[0].OK)
+		dead, live := 0, 0
+		for _, e := range logOf(t, client, s, "b.example") {
+			if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-time.Second.Microseconds() {
+				dead++
+			} else {
+				live++
+			}
+		}
+		mostDead = max(mostDead, dead)
+		require.LessOrEqual(t, dead, 26, "call %d: dead entries in the log", i)
+		require.LessOrEqual(t, st.Remaining, 200-live, "call %d: never more room than there is", i)
+		require.GreaterOrEqual(t, st.Remaining, 200-live-dead, "call %d", i)
+		clock.Advance(grants[0].Delay)
+	}
+	require.Greater(t, mostDead, 10, "dead entries were counted uncut")
 }
 
 // TestTheLogsTTLIsRenewedWhenShort: a write renews the log's TTL, to three

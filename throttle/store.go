@@ -74,7 +74,7 @@ type Grant struct {
 
 // State describes a target's log after a Reserve call.
 type State struct {
-	Remaining  int           // units the window still has room for, 0 while paused (a gap may still delay them); never more, and a RedisStore may count, in a log too long for meta, entries that expired since its latest cut, which comes about once a quarter window
+	Remaining  int           // units the window still has room for, 0 while paused (a gap may still delay them); at most the room there is: a RedisStore may count, in a log kept as a list, entries that expired since it last cut them, which it does once a quarter window
 	ResetAfter time.Duration // until the log is empty; 0 when it is already
 	Live       int           // processes seen on this target lately, this one included; 0 when the store has no count yet (until the next mark)
 	Place      int           // when this call marked the process live: its place among the Live processes, from 1, in an order every process of the fleet learns alike; 0 when the call did not tell. In the FailLocal fallback the processes' shares take turns at the rule's gap by their places; under a Store that never tells, they start together

@@ -110,9 +110,11 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 						require.Equal(t, grants[0], grants[1], "step %d: grants of %+v", step, reqs)
 						if states[1].Remaining != states[0].Remaining {
 							// A list log counts the entries that expired since
-							// its latest cut (about once a quarter window):
+							// its latest cut (at most a quarter window ago):
 							// Redis's Remaining is then the memory store's
-							// less those, never more.
+							// less those, never more. No other log does.
+							require.NotEqual(t, "0", inlineMax, "step %d: remaining of a log that is always read from its head", step)
+							require.Negative(t, readMeta(t, client, rs, target).inline, "step %d: remaining of an inline log", step)
 							dead := 0
 							for _, e := range logOf(t, client, rs, target) {
 								if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-w.Microseconds() {
@@ -158,4 +160,94 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 		require.GreaterOrEqual(t, allMoves[inlineMax], 10, "inline %q: logs must move between meta and the list, both ways, again and again", inlineMax)
 		require.Positive(t, allUncut[inlineMax], "inline %q: some decisions must count dead entries left uncut", inlineMax)
 	}
+}
+
+// TestProcessesSharingALogMatchTheMemoryStore: three RedisStores (processes,
+// each with its own hints: the script reads a log from its tail, or from
+// its length and last entry, by what the process's latest reply said) take
+// turns at random on one target, with waits, units, cancels and clock
+// steps, against one MemoryStore: every grant is the same, and Redis's
+// Remaining is the memory store's, less the dead entries a list log still
+// counts, never more. Limits of one unit with bookings far ahead, of a
+// gap, of long logs, and of windows of a few milliseconds and microseconds.
+func TestProcessesSharingALogMatchTheMemoryStore(t *testing.T) {
+	client := redistest.StartServer(t).Client(t)
+	ctx := context.Background()
+	uncut := 0
+	for seed := uint64(1); seed <= 6; seed++ {
+		for _, lim := range []Limit{
+			{Limit: 1, Window: 100 * time.Millisecond, Ahead: 8 * time.Second},
+			{Limit: 80, Window: 500 * time.Millisecond, Gap: 2 * time.Millisecond},
+			{Limit: 150, Window: 2 * sec},
+			{Limit: 90, Window: 3 * time.Millisecond},
+			{Limit: 70, Window: 3 * time.Microsecond},
+		} {
+			t.Run(fmt.Sprintf("seed %d, %d per %v", seed, lim.Limit, lim.Window), func(t *testing.T) {
+				clock := newFakeClock()
+				mem := NewMemoryStore(WithMemoryClock(clock.Time), WithSweepInterval(0))
+				t.Cleanup(func() { mem.Close() })
+				prefix := redistest.KeyPrefix(t)
+				var procs []*RedisStore
+				for range 3 {
+					s, err := NewRedisStore(client, WithKeyPrefix(prefix))
+					require.NoError(t, err)
+					s.now = clock.us.Load
+					procs = append(procs, s)
+				}
+				rng := rand.New(rand.NewPCG(seed, uint64(lim.Limit)))
+				type booking struct {
+					id      uint64
+					n, proc int
+				}
+				var booked []booking
+				w := lim.Window
+				const target = "x.example"
+				for step := range 500 {
+					switch p := rng.IntN(100); {
+					case p < 30:
+						clock.Advance(time.Duration(rng.Int64N(int64(w / 3))))
+					case p < 33:
+						clock.Advance(time.Duration(rng.Int64N(int64(3 * w))))
+					case p < 38 && len(booked) > 0:
+						i := rng.IntN(len(booked))
+						b := booked[i]
+						booked = append(booked[:i], booked[i+1:]...)
+						require.NoError(t, mem.Cancel(ctx, target, b.id, b.n))
+						require.NoError(t, procs[b.proc].Cancel(ctx, target, b.id, b.n))
+					default:
+						reqs := make([]Request, 1+rng.IntN(6))
+						for i := range reqs {
+							reqs[i] = Request{ID: nextID(), N: 1 + rng.IntN(min(3, lim.Limit)), MaxWait: []time.Duration{0, -1, time.Duration(rng.Int64N(int64(2 * w)))}[rng.IntN(3)]}
+						}
+						want, got := make([]Grant, len(reqs)), make([]Grant, len(reqs))
+						memState, err := mem.Reserve(ctx, target, lim, reqs, want)
+						require.NoError(t, err)
+						pi := rng.IntN(len(procs))
+						st, err := procs[pi].Reserve(ctx, target, lim, reqs, got)
+						require.NoError(t, err)
+						require.Equal(t, want, got, "step %d: grants of %+v", step, reqs)
+						require.False(t, st.Lost, "step %d", step)
+						if st.Remaining != memState.Remaining {
+							require.Negative(t, readMeta(t, client, procs[pi], target).inline, "step %d: remaining of an inline log", step)
+							dead := 0
+							for _, e := range logOf(t, client, procs[pi], target) {
+								if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-w.Microseconds() {
+									dead++
+								}
+							}
+							require.Equal(t, max(0, memState.Remaining-dead), st.Remaining, "step %d: remaining, %d dead entries in the log", step, dead)
+							uncut++
+						}
+						for i, g := range want {
+							if g.OK {
+								booked = append(booked, booking{reqs[i].ID, reqs[i].N, pi})
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+	t.Logf("%d decisions counted uncut dead entries", uncut)
+	require.Positive(t, uncut, "some decisions must count dead entries left uncut")
 }

@@ -55,7 +55,7 @@ type hostEntry struct {
 // the target's log looks like. Durations of 0 mean "no wait".
 type Decision struct {
 	Allowed    bool          // the units were admitted and recorded
-	Remaining  int           // units the window still has room for (a gap or queued bookings may still delay them); never more, and on a RedisStore, for a log too long for meta, fewer by entries that expired since the store last cut them (about once a quarter window)
+	Remaining  int           // units the window still has room for (a gap or queued bookings may still delay them); at most the room there is: on a RedisStore, for a log kept as a list, fewer by the entries that expired since the store last cut them, at most a quarter window ago
 	RetryAfter time.Duration // when not allowed: until the earliest slot
 	ResetAfter time.Duration // until the target's log is empty
 }

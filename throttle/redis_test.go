@@ -1831,14 +1831,7 @@ func TestALongLogIsCutOncePerQuarterWindow(t *testing.T) {
 		st, err := s.Reserve(ctx, "b.example", paced, []Request{{ID: nextID(), N: 1, MaxWait: -1}}, grants)
 		require.NoError(t, err)
 		require.True(t, grants[0].OK)
-		dead, live := 0, 0
-		for _, e := range logOf(t, client, s, "b.example") {
-			if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-time.Second.Microseconds() {
-				dead++
-			} else {
-				live++
-			}
-		}
+		dead, live := deadAndLive(t, client, s, "b.example", clock.us.Load()-time.Second.Microseconds())
 		mostDead = max(mostDead, dead)
 		require.LessOrEqual(t, dead, 26, "call %d: dead entries in the log", i)
 		require.LessOrEqual(t, st.Remaining, 200-live, "call %d: never more room than there is", i)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/fleetgate/fleetgate/internal/redistest"
@@ -115,12 +116,7 @@ func TestRedisStoreMatchesMemoryStore(t *testing.T) {
 							// less those, never more. No other log does.
 							require.NotEqual(t, "0", inlineMax, "step %d: remaining of a log that is always read from its head", step)
 							require.Negative(t, readMeta(t, client, rs, target).inline, "step %d: remaining of an inline log", step)
-							dead := 0
-							for _, e := range logOf(t, client, rs, target) {
-								if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-w.Microseconds() {
-									dead++
-								}
-							}
+							dead, _ := deadAndLive(t, client, rs, target, clock.us.Load()-w.Microseconds())
 							require.Equal(t, max(0, states[0].Remaining-dead), states[1].Remaining, "step %d: remaining, %d dead entries in the log", step, dead)
 							states[1].Remaining = states[0].Remaining
 							uncut++
@@ -229,12 +225,7 @@ func TestProcessesSharingALogMatchTheMemoryStore(t *testing.T) {
 						require.False(t, st.Lost, "step %d", step)
 						if st.Remaining != memState.Remaining {
 							require.Negative(t, readMeta(t, client, procs[pi], target).inline, "step %d: remaining of an inline log", step)
-							dead := 0
-							for _, e := range logOf(t, client, procs[pi], target) {
-								if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= clock.us.Load()-w.Microseconds() {
-									dead++
-								}
-							}
+							dead, _ := deadAndLive(t, client, procs[pi], target, clock.us.Load()-w.Microseconds())
 							require.Equal(t, max(0, memState.Remaining-dead), st.Remaining, "step %d: remaining, %d dead entries in the log", step, dead)
 							uncut++
 						}
@@ -250,4 +241,18 @@ func TestProcessesSharingALogMatchTheMemoryStore(t *testing.T) {
 	}
 	t.Logf("%d decisions counted uncut dead entries", uncut)
 	require.Positive(t, uncut, "some decisions must count dead entries left uncut")
+}
+
+// deadAndLive counts the entries of s's log for target whose slots are at
+// or before cutoff (µs), and those after it.
+func deadAndLive(t *testing.T, client redis.UniversalClient, s *RedisStore, target string, cutoff int64) (dead, live int) {
+	t.Helper()
+	for _, e := range logOf(t, client, s, target) {
+		if int64(binary.BigEndian.Uint64([]byte(e[:8]))) <= cutoff {
+			dead++
+		} else {
+			live++
+		}
+	}
+	return dead, live
 }
